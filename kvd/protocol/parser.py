@@ -1,0 +1,299 @@
+"""Incremental RESP request parser that receives large arguments in place.
+
+A request is either a multibulk (``*<n>\\r\\n`` followed by n ``$<len>\\r\\n<bytes>\\r\\n``) or an inline line
+(telnet style, split with Redis's quoting rules). Bytes arrive in arbitrary pieces; the parser keeps exactly
+enough state to resume at any byte boundary.
+
+Receiving in place. The hot path of kvd is a SET of a 1-32 MiB KV chunk. A parser that appends every read to a
+bytearray and slices the value out copies each value at least twice. Instead this parser drives an asyncio
+``BufferedProtocol``: ``get_buffer()`` hands the event loop the memory to ``recv_into``. Small requests go into
+one reusable receive buffer. When a bulk header announces an argument of ``BIG_ARG`` bytes or more (Redis uses
+the same 32 KiB threshold, ``PROTO_MBULK_BIG_ARG``), the parser allocates a bytearray of exactly that length,
+moves the few bytes already received into it, and from then on ``get_buffer()`` returns the unfilled tail of
+that bytearray. The kernel copies the value straight into its final home, and the keyspace stores that object
+as is: zero user-space copies between socket and RAM tier.
+
+Limits (Redis's, ``networking.c``): header and inline lines up to 64 KiB; a multibulk count up to INT_MAX, with
+no up-front allocation for it (args are appended as they arrive, so ``*1000000000`` costs nothing); a bulk up
+to ``proto-max-bulk-len``; the bytes of one pending command up to ``client-query-buffer-limit``. Before AUTH
+the limits are tighter (10 arguments, 16 KiB per bulk, 1 MiB per command), the defence Redis added for
+CVE-2021-32675. A violation raises ``ProtocolError`` (reply, then close) or ``DropConnection`` (close).
+
+Complexity: O(bytes received) per request, with one ``find`` per header line; commands are yielded in order.
+"""
+
+from __future__ import annotations
+
+from .errors import DropConnection, ProtocolError
+
+BIG_ARG = 32 * 1024
+INLINE_MAX = 64 * 1024
+RECV_BUFFER = 256 * 1024
+INT_MAX = 2**31 - 1
+UNAUTH_MAX_ARGS = 10
+UNAUTH_MAX_BULK = 16 * 1024
+UNAUTH_MAX_QUERY = 1024 * 1024
+
+_SPACE = b" \t\n\r\v\f"
+_ESCAPES = {ord("n"): 10, ord("r"): 13, ord("t"): 9, ord("b"): 8, ord("a"): 7}
+_HEX = b"0123456789abcdefABCDEF"
+
+Args = list[bytes | bytearray]
+
+
+class RequestParser:
+    """Turns received bytes into argument lists. One instance per connection; not thread-safe."""
+
+    __slots__ = (
+        "_argc",
+        "_args",
+        "_big",
+        "_big_filled",
+        "_buf",
+        "_bulk_len",
+        "_end",
+        "_need_crlf",
+        "_pending_bytes",
+        "_start",
+        "authenticated",
+        "max_bulk",
+        "query_limit",
+    )
+
+    def __init__(self, *, max_bulk: int, query_limit: int, authenticated: bool = True) -> None:
+        self.max_bulk = max_bulk
+        self.query_limit = query_limit
+        self.authenticated = authenticated
+        self._buf = bytearray(RECV_BUFFER)
+        self._start = 0  # first unparsed byte in _buf
+        self._end = 0  # end of received bytes in _buf
+        self._argc = -1  # arguments still expected by the current multibulk; -1: between commands
+        self._args: Args = []
+        self._bulk_len = -1  # length of the bulk whose header was read; -1: expecting a header
+        self._big: bytearray | None = None  # in-place destination of a large bulk
+        self._big_filled = 0
+        self._need_crlf = False  # a large bulk is complete; its trailing CRLF is next in _buf
+        self._pending_bytes = 0  # bytes of the arguments of the command in progress
+
+    # -- the BufferedProtocol side -------------------------------------------------------------------------
+
+    def get_buffer(self) -> memoryview:
+        """Memory for the next ``recv_into``: the tail of a large bulk, or free space in the receive buffer."""
+        big = self._big
+        if big is not None:
+            return memoryview(big)[self._big_filled :]
+        start, end = self._start, self._end
+        if start == end:
+            self._start = self._end = 0
+        elif len(self._buf) - end < BIG_ARG:
+            # Slide the unparsed tail to the front. Never resize _buf in place: the event loop may still hold
+            # a view of it from the previous read, and a resize with live exports raises BufferError.
+            tail = len(self._buf) - end
+            if start > 0 and start + tail >= BIG_ARG:
+                self._buf[: end - start] = self._buf[start:end]
+            else:  # a header/inline line longer than the buffer: grow (bounded by INLINE_MAX checks)
+                grown = bytearray(len(self._buf) * 2)
+                grown[: end - start] = self._buf[start:end]
+                self._buf = grown
+            self._start, self._end = 0, end - start
+        return memoryview(self._buf)[self._end :]
+
+    def feed(self, nbytes: int, out: list[Args]) -> None:
+        """Account for ``nbytes`` received into the last buffer and append complete commands to ``out``.
+
+        Raises ProtocolError/DropConnection after appending every command that preceded the bad bytes.
+        """
+        big = self._big
+        if big is not None:
+            self._big_filled += nbytes
+            if self._big_filled < len(big):
+                return
+            self._big = None
+            self._args.append(big)
+            self._bulk_len = -1
+            self._argc -= 1
+            self._need_crlf = True
+        else:
+            self._end += nbytes
+        self._parse(out)
+
+    # -- parsing ----------------------------------------------------------------------------------------------
+
+    def _parse(self, out: list[Args]) -> None:
+        buf = self._buf
+        pos = self._start
+        end = self._end
+        try:
+            while True:
+                if self._need_crlf:
+                    if end - pos < 2:
+                        break
+                    if buf[pos] != 13 or buf[pos + 1] != 10:
+                        raise ProtocolError("expected '\\r\\n' after bulk string")
+                    pos += 2
+                    self._need_crlf = False
+                    if self._argc == 0:
+                        self._finish(out)
+                    continue
+                if self._argc < 0:
+                    if pos >= end:
+                        break
+                    if buf[pos] == 42:  # '*'
+                        nl = buf.find(b"\r\n", pos, end)
+                        if nl < 0:
+                            if end - pos > INLINE_MAX:
+                                raise ProtocolError("too big mbulk count string")
+                            break
+                        count = _to_int(buf, pos + 1, nl)
+                        if count is None or count > INT_MAX:
+                            raise ProtocolError("invalid multibulk length")
+                        if not self.authenticated and count > UNAUTH_MAX_ARGS:
+                            raise ProtocolError("unauthenticated multibulk length")
+                        pos = nl + 2
+                        if count > 0:  # Redis treats *0 and negative counts as an empty request
+                            self._argc = count
+                            self._args = []
+                            self._pending_bytes = 0
+                        continue
+                    nl = buf.find(b"\n", pos, end)
+                    if nl < 0:
+                        if end - pos > INLINE_MAX:
+                            raise ProtocolError("too big inline request")
+                        break
+                    line_end = nl - 1 if nl > pos and buf[nl - 1] == 13 else nl
+                    args = split_inline(bytes(buf[pos:line_end]))
+                    pos = nl + 1
+                    if args:
+                        out.append(args)
+                    continue
+                # inside a multibulk: a bulk header, then its payload
+                if self._bulk_len < 0:
+                    if pos >= end:
+                        break
+                    if buf[pos] != 36:  # '$'
+                        got = chr(buf[pos]) if 32 <= buf[pos] < 127 else f"\\x{buf[pos]:02x}"
+                        raise ProtocolError(f"expected '$', got '{got}'")
+                    nl = buf.find(b"\r\n", pos, end)
+                    if nl < 0:
+                        if end - pos > INLINE_MAX:
+                            raise ProtocolError("too big bulk count string")
+                        break
+                    length = _to_int(buf, pos + 1, nl)
+                    if length is None or length < 0 or length > self.max_bulk:
+                        raise ProtocolError("invalid bulk length")
+                    if not self.authenticated and length > UNAUTH_MAX_BULK:
+                        raise ProtocolError("unauthenticated bulk length")
+                    self._pending_bytes += length
+                    limit = self.query_limit if self.authenticated else UNAUTH_MAX_QUERY
+                    if self._pending_bytes > limit:
+                        raise DropConnection("query buffer limit reached")
+                    pos = nl + 2
+                    self._bulk_len = length
+                length = self._bulk_len
+                avail = end - pos
+                if avail < length + 2:
+                    if length >= BIG_ARG:
+                        big = bytearray(length)
+                        take = min(avail, length)
+                        big[:take] = buf[pos : pos + take]
+                        pos += take
+                        self._big = big
+                        self._big_filled = take
+                        if take == length:  # everything but the CRLF is here
+                            self._big = None
+                            self._args.append(big)
+                            self._bulk_len = -1
+                            self._argc -= 1
+                            self._need_crlf = True
+                            continue
+                    break
+                if buf[pos + length] != 13 or buf[pos + length + 1] != 10:
+                    raise ProtocolError("expected '\\r\\n' after bulk string")
+                self._args.append(bytes(buf[pos : pos + length]))
+                pos += length + 2
+                self._bulk_len = -1
+                self._argc -= 1
+                if self._argc == 0:
+                    self._finish(out)
+        finally:
+            self._start = pos
+
+    def _finish(self, out: list[Args]) -> None:
+        out.append(self._args)
+        self._args = []
+        self._argc = -1
+        self._pending_bytes = 0
+
+
+def _to_int(buf: bytearray, start: int, stop: int) -> int | None:
+    """Strict decimal (optional '-'); None for anything else, including '+', spaces and empty."""
+    text = buf[start:stop]
+    if not text or len(text) > 20:
+        return None
+    digits = text[1:] if text[0] == 45 else text
+    if not digits or not digits.isdigit():
+        return None
+    return int(text)
+
+
+def split_inline(line: bytes) -> list[bytes]:
+    """Split an inline request like Redis's ``sdssplitargs``: quotes, ``\\xHH`` and C escapes.
+
+    Raises ProtocolError("unbalanced quotes in request") for an unterminated quote or a closing quote that is
+    not followed by a space or the end of the line.
+    """
+    if b'"' not in line and b"'" not in line:
+        return line.split()
+    args: list[bytes] = []
+    i, n = 0, len(line)
+    while True:
+        while i < n and line[i] in _SPACE:
+            i += 1
+        if i >= n:
+            return args
+        current = bytearray()
+        in_dq = in_sq = False
+        while True:
+            if in_dq:
+                if i >= n:
+                    raise ProtocolError("unbalanced quotes in request")
+                c = line[i]
+                if c == 92 and i + 3 < n and line[i + 1] == 120 and line[i + 2] in _HEX and line[i + 3] in _HEX:
+                    current.append(int(line[i + 2 : i + 4], 16))
+                    i += 3
+                elif c == 92 and i + 1 < n:
+                    i += 1
+                    current.append(_ESCAPES.get(line[i], line[i]))
+                elif c == 34:
+                    if i + 1 < n and line[i + 1] not in _SPACE:
+                        raise ProtocolError("unbalanced quotes in request")
+                    i += 1
+                    break
+                else:
+                    current.append(c)
+            elif in_sq:
+                if i >= n:
+                    raise ProtocolError("unbalanced quotes in request")
+                c = line[i]
+                if c == 92 and i + 1 < n and line[i + 1] == 39:
+                    i += 1
+                    current.append(39)
+                elif c == 39:
+                    if i + 1 < n and line[i + 1] not in _SPACE:
+                        raise ProtocolError("unbalanced quotes in request")
+                    i += 1
+                    break
+                else:
+                    current.append(c)
+            else:
+                if i >= n or line[i] in _SPACE:
+                    break
+                c = line[i]
+                if c == 34:
+                    in_dq = True
+                elif c == 39:
+                    in_sq = True
+                else:
+                    current.append(c)
+            i += 1
+        args.append(bytes(current))
