@@ -1,0 +1,371 @@
+"""The keyspace: the one facade that commands use to read and write keys across the RAM and disk tiers.
+
+Data flows one way: a command calls the keyspace, the keyspace updates its in-RAM index, appends the change to
+the segment log (when persistence is on) and lets the RAM tier evict; it never calls back up into commands or
+connections. Each key maps to an ``Entry``: the value (or None when it only lives on disk), its deadline, its
+disk ``Location`` and its SCAN sequence number.
+
+Writes. ``set`` appends the record to the log *first*, which assigns its disk location without any I/O on the
+event loop (the log's writer thread does the writev), then swaps the entry in. The connection holds the reply
+until the log's barrier says the bytes are written (or fsynced, with ``appendfsync always``); see
+``kvd/connection.py``.
+
+Reads. A resident value is returned as is (no copy). A cold value (evicted from RAM, still on disk) is read by
+``load()`` off the event loop, checksum-verified by the log, and promoted back into RAM unless the key changed
+while the read was in flight. Concurrent loads of the same record share one read. A record that fails its
+checksum is never served: the key is dropped and the read is a miss.
+
+Eviction, when ``used > maxmemory``: the least recently used resident value is demoted (its key stays and is
+served from disk); only when no resident value is left, or persistence is off, are whole keys deleted, oldest
+first. With ``maxmemory-policy noeviction`` whole keys are never deleted: writes get ``-OOM`` instead.
+
+Expiry: lazy on every access plus a bounded background sweep (``expire_cycle``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Any
+
+from .expiry import ExpiryHeap
+from .ram import RamTier
+from .scan import ScanIndex
+
+if TYPE_CHECKING:
+    from kvd.persist import Location, SegmentLog
+
+log = logging.getLogger("kvd.keyspace")
+
+Value = bytes | bytearray | memoryview
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Entry:
+    __slots__ = ("expire_at", "loc", "seq", "value")
+
+    def __init__(self, value: Value | None, expire_at: int, loc: Location | None, seq: int) -> None:
+        self.value = value
+        self.expire_at = expire_at  # absolute unix ms; 0 = no TTL
+        self.loc = loc
+        self.seq = seq
+
+
+class TierStats:
+    __slots__ = (
+        "corrupt_reads",
+        "disk_hits",
+        "evicted_keys",
+        "expired_keys",
+        "keyspace_hits",
+        "keyspace_misses",
+        "promotions",
+        "ram_demotions",
+        "ram_hits",
+    )
+
+    def __init__(self) -> None:
+        for name in self.__slots__:
+            setattr(self, name, 0)
+
+
+class OutOfMemory(Exception):
+    """The write cannot fit under maxmemory without deleting keys, and the policy forbids that."""
+
+
+class Keyspace:
+    def __init__(self, *, maxmemory: int, policy: str = "allkeys-lru", seg_log: SegmentLog | None = None) -> None:
+        self._entries: dict[bytes, Entry] = {}
+        self.ram = RamTier(maxmemory)
+        self.policy = policy
+        self.scan = ScanIndex()
+        self.expiry = ExpiryHeap()
+        self.log = seg_log
+        self.stats = TierStats()
+        self._loads: dict[tuple[bytes, Any], asyncio.Future[Value | None]] = {}
+
+    # -- sizes -----------------------------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def expires_count(self) -> int:
+        return self.expiry.live
+
+    # -- reading ---------------------------------------------------------------------------------------------
+
+    def lookup(self, key: bytes, now: int | None = None) -> Entry | None:
+        """The live entry for ``key`` (expired keys are removed on the spot), without touching the LRU."""
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        if entry.expire_at and entry.expire_at <= (now or now_ms()):
+            self._remove(key, entry, log_delete=False)
+            self.stats.expired_keys += 1
+            return None
+        return entry
+
+    def get(self, key: bytes) -> Value | Awaitable[Value | None] | None:
+        """The value (resident), None (missing) or an awaitable (cold: read from disk, then promoted)."""
+        entry = self.lookup(key)
+        if entry is None:
+            self.stats.keyspace_misses += 1
+            return None
+        self.stats.keyspace_hits += 1
+        if entry.value is not None:
+            self.stats.ram_hits += 1
+            self.ram.touch(key)
+            return entry.value
+        self.stats.disk_hits += 1
+        return self.load(key, entry)
+
+    def load(self, key: bytes, entry: Entry) -> asyncio.Future[Value | None]:
+        """Read a cold entry from disk once, however many clients ask for it at the same time."""
+        assert self.log is not None and entry.loc is not None
+        token = (key, entry.loc)
+        pending = self._loads.get(token)
+        if pending is None:
+            pending = asyncio.ensure_future(self._load(key, entry))
+            self._loads[token] = pending
+            pending.add_done_callback(lambda _f: self._loads.pop(token, None))
+        return pending
+
+    async def _load(self, key: bytes, entry: Entry) -> Value | None:
+        from kvd.persist import CorruptRecord
+
+        assert self.log is not None and entry.loc is not None
+        loc = entry.loc
+        try:
+            value = await self.log.read_value(key, loc)
+        except CorruptRecord as exc:
+            self.stats.corrupt_reads += 1
+            log.warning("dropping key %r: its record on disk failed verification (%s)", key[:64], exc)
+            if self._entries.get(key) is entry:
+                self._remove(key, entry, log_delete=True)
+            return None
+        # Promote only if nobody changed the key while we read (identity: every write makes a new Entry).
+        if self._entries.get(key) is entry and entry.value is None and entry.loc == loc:
+            entry.value = value
+            self.ram.admit(key, entry)
+            self.stats.promotions += 1
+            self._evict()
+        return value
+
+    def prefix_length(self, keys: list[bytes], prefetch: bool = True) -> int:
+        """How many leading ``keys`` exist. Hits are touched (a load usually follows), and cold ones are
+        read into RAM in the background so the GET that follows is served from memory."""
+        now = now_ms()
+        count = 0
+        for key in keys:
+            entry = self.lookup(key, now)
+            if entry is None:
+                break
+            count += 1
+            if entry.value is not None:
+                self.ram.touch(key)
+            elif prefetch and self.log is not None:
+                self.load(key, entry)
+        return count
+
+    # -- writing ---------------------------------------------------------------------------------------------
+
+    def set(self, key: bytes, value: Value, expire_at: int = 0) -> None:
+        """Store ``value`` (kept by reference: callers hand over ownership and never mutate it)."""
+        if self.policy == "noeviction":
+            self._check_room(len(value) + (0 if key in self._entries else self.ram.key_charge(key)))
+        loc = self.log.append_set(key, value, expire_at) if self.log is not None else None
+        old = self._entries.get(key)
+        if old is not None:
+            self._detach(key, old)
+            seq = old.seq
+        else:
+            seq = self.scan.add(key)
+            self.ram.add_key(key)
+        entry = Entry(value, expire_at, loc, seq)
+        self._entries[key] = entry
+        if expire_at:
+            self.expiry.live += 1
+            self.expiry.schedule(key, expire_at)
+        self.ram.admit(key, entry)
+        self._evict()
+
+    def delete(self, key: bytes) -> bool:
+        entry = self.lookup(key)
+        if entry is None:
+            return False
+        self._remove(key, entry, log_delete=True)
+        return True
+
+    def set_expire(self, key: bytes, expire_at: int) -> bool:
+        """Set (or with 0, remove) the deadline of an existing key. A past deadline deletes the key."""
+        entry = self.lookup(key)
+        if entry is None:
+            return False
+        if expire_at and expire_at <= now_ms():
+            self._remove(key, entry, log_delete=True)
+            return True
+        if self.log is not None:
+            self.log.append_expire(key, expire_at)
+        if entry.expire_at and not expire_at:
+            self.expiry.live -= 1
+        elif expire_at and not entry.expire_at:
+            self.expiry.live += 1
+        entry.expire_at = expire_at
+        if expire_at:
+            self.expiry.schedule(key, expire_at)
+        return True
+
+    def flush(self) -> int:
+        removed = len(self._entries)
+        if self.log is not None:
+            self.log.append_flush()
+        self._entries.clear()
+        self.ram.clear()
+        self.scan.clear()
+        self.expiry.clear()
+        return removed
+
+    # -- iteration -------------------------------------------------------------------------------------------
+
+    def scan_page(self, cursor: int, count: int) -> tuple[int, list[bytes]]:
+        next_cursor, keys = self.scan.page(cursor, count)
+        now = now_ms()
+        return next_cursor, [k for k in keys if self.lookup(k, now) is not None]
+
+    def live_keys(self) -> list[bytes]:
+        now = now_ms()
+        return [k for k in list(self._entries) if self.lookup(k, now) is not None]
+
+    def random_key(self) -> bytes | None:
+        for _ in range(100):
+            key = self.scan.random_key()
+            if key is None:
+                return None
+            if self.lookup(key) is not None:
+                return key
+        return None
+
+    # -- background ------------------------------------------------------------------------------------------
+
+    def expire_cycle(self, limit: int = 2000) -> int:
+        """Delete up to ``limit`` keys whose deadline passed; returns how many were deleted."""
+        now = now_ms()
+        done = 0
+        for deadline, key in self.expiry.due(now, limit):
+            entry = self._entries.get(key)
+            if entry is not None and entry.expire_at == deadline:
+                self._remove(key, entry, log_delete=False)
+                self.stats.expired_keys += 1
+                done += 1
+        return done
+
+    # -- recovery --------------------------------------------------------------------------------------------
+
+    def restore(self, recovered: dict[bytes, tuple[Location, int]]) -> None:
+        """Install the index rebuilt from disk: every key starts cold and is promoted on first read."""
+        heap: list[tuple[int, bytes]] = []
+        for key, (loc, expire_at) in recovered.items():
+            entry = Entry(None, expire_at, loc, self.scan.add(key))
+            self._entries[key] = entry
+            self.ram.add_key(key)
+            self.ram.cold[key] = entry
+            if expire_at:
+                heap.append((expire_at, key))
+        self.expiry.rebuild(heap)
+        self.expiry.live = len(heap)
+
+    # -- the segment log's view of the index (kvd.persist.LogOwner) --------------------------------------------
+
+    def live_expire(self, key: bytes, loc: Location) -> int | None:
+        entry = self._entries.get(key)
+        return entry.expire_at if entry is not None and entry.loc == loc else None
+
+    def hot_value(self, key: bytes, loc: Location) -> Value | None:
+        entry = self._entries.get(key)
+        return entry.value if entry is not None and entry.loc == loc else None
+
+    def relocated(self, key: bytes, old: Location, new: Location) -> None:
+        entry = self._entries.get(key)
+        if entry is not None and entry.loc == old:
+            entry.loc = new
+
+    def dropped(self, key: bytes, loc: Location) -> None:
+        """The disk budget removed this record; a cold key is gone, a resident one becomes RAM-only."""
+        entry = self._entries.get(key)
+        if entry is None or entry.loc != loc:
+            return
+        if entry.value is None:
+            self._remove(key, entry, log_delete=False)
+            self.stats.evicted_keys += 1
+        else:
+            entry.loc = None
+
+    def lost(self, key: bytes, loc: Location) -> None:
+        """The record's write failed (the client got -MISCONF): forget the key unless rewritten since."""
+        entry = self._entries.get(key)
+        if entry is not None and entry.loc == loc:
+            self._remove(key, entry, log_delete=False, mark_dead=False)
+
+    # -- internals -------------------------------------------------------------------------------------------
+
+    def _detach(self, key: bytes, entry: Entry) -> None:
+        """Unhook an entry that is being replaced: RAM charge, TTL count and its disk record."""
+        self.ram.release(key, entry)
+        if entry.expire_at:
+            self.expiry.live -= 1
+        if entry.loc is not None and self.log is not None:
+            self.log.mark_dead(entry.loc)
+
+    def _remove(self, key: bytes, entry: Entry, *, log_delete: bool, mark_dead: bool = True) -> None:
+        del self._entries[key]
+        self.ram.release(key, entry)
+        self.ram.drop_key(key)
+        self.scan.remove(entry.seq)
+        if entry.expire_at:
+            self.expiry.live -= 1
+        if self.log is not None and entry.loc is not None:
+            if mark_dead:
+                self.log.mark_dead(entry.loc)
+            if log_delete:
+                self.log.append_delete(key)
+
+    def _check_room(self, extra: int) -> None:
+        ram = self.ram
+        if ram.budget and ram.used + extra > ram.budget:
+            # Lossless demotion to disk is always allowed; only deleting keys is not.
+            while ram.hot and ram.used + extra > ram.budget and self.log is not None:
+                key, entry = ram.oldest_hot()  # type: ignore[misc]
+                if entry.loc is None:
+                    break
+                ram.demote(key, entry)
+                self.stats.ram_demotions += 1
+            if ram.used + extra > ram.budget:
+                raise OutOfMemory
+
+    def _evict(self) -> None:
+        ram = self.ram
+        while ram.over_budget():
+            oldest = ram.oldest_hot()
+            if oldest is not None:
+                key, entry = oldest
+                if entry.loc is not None:
+                    ram.demote(key, entry)
+                    self.stats.ram_demotions += 1
+                    continue
+                if self.policy == "noeviction":
+                    return
+                self._remove(key, entry, log_delete=False)
+                self.stats.evicted_keys += 1
+                continue
+            oldest = ram.oldest_cold()
+            if oldest is None or self.policy == "noeviction":
+                return
+            key, entry = oldest
+            self._remove(key, entry, log_delete=True)
+            self.stats.evicted_keys += 1

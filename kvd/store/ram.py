@@ -1,0 +1,94 @@
+"""The RAM tier: an exact LRU over resident values, with a byte budget.
+
+Every key's metadata always lives in RAM (like Redis Flex, Dragonfly tiering and ElastiCache data tiering: a
+look-up never touches the disk). What the tier decides is which *values* stay resident. Two ordered dicts hold
+the keys: ``hot`` (value in RAM, least recently used first) and ``cold`` (value only on disk, oldest demotion
+first). Reads move a key to the end of ``hot``; eviction pops from the front.
+
+Exact rather than sampled LRU: Redis samples because its dict has no order and it cannot afford a linked list
+per key in C memory terms. CPython's ``OrderedDict`` keeps a C-level linked list already, ``move_to_end`` and
+``popitem(last=False)`` are O(1), and the values here are megabytes, so the per-key cost of exactness is noise
+next to one value while the hit rate is the best an LRU can get.
+
+Accounting. ``used`` counts, for every key, its length plus ``KEY_OVERHEAD`` (the Python objects that carry it:
+the Entry, dict slots, the SCAN index slot, a disk location), and for every resident value its length plus
+``VALUE_OVERHEAD``. The overheads were measured with tracemalloc (``scripts/measure_overhead.py``), so
+``maxmemory`` bounds what the process really holds, not a guess.
+
+Complexity: admit/touch/remove O(1); eviction O(1) per victim.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any
+
+KEY_OVERHEAD = 320
+VALUE_OVERHEAD = 64
+
+
+class RamTier:
+    __slots__ = ("budget", "cold", "hot", "resident_bytes", "used")
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget  # 0 = unlimited
+        self.hot: OrderedDict[bytes, Any] = OrderedDict()
+        self.cold: OrderedDict[bytes, Any] = OrderedDict()
+        self.used = 0
+        self.resident_bytes = 0  # value bytes only, for INFO
+
+    @staticmethod
+    def key_charge(key: bytes) -> int:
+        return len(key) + KEY_OVERHEAD
+
+    @staticmethod
+    def value_charge(value: Any) -> int:
+        return len(value) + VALUE_OVERHEAD
+
+    def over_budget(self) -> bool:
+        return self.budget > 0 and self.used > self.budget
+
+    def add_key(self, key: bytes) -> None:
+        self.used += self.key_charge(key)
+
+    def drop_key(self, key: bytes) -> None:
+        self.used -= self.key_charge(key)
+
+    def admit(self, key: bytes, entry: Any) -> None:
+        """``entry.value`` became resident (new write or promotion from disk)."""
+        self.cold.pop(key, None)
+        self.hot[key] = entry
+        self.used += self.value_charge(entry.value)
+        self.resident_bytes += len(entry.value)
+
+    def touch(self, key: bytes) -> None:
+        self.hot.move_to_end(key)
+
+    def release(self, key: bytes, entry: Any) -> None:
+        """Forget a key (deleted, expired or overwritten); its charges must be dropped by the caller."""
+        if entry.value is not None:
+            if self.hot.pop(key, None) is not None:
+                self.used -= self.value_charge(entry.value)
+                self.resident_bytes -= len(entry.value)
+        else:
+            self.cold.pop(key, None)
+
+    def demote(self, key: bytes, entry: Any) -> None:
+        """Drop a resident value that is safe on disk; the key stays, cold."""
+        self.hot.pop(key, None)
+        self.used -= self.value_charge(entry.value)
+        self.resident_bytes -= len(entry.value)
+        entry.value = None
+        self.cold[key] = entry
+
+    def oldest_hot(self) -> tuple[bytes, Any] | None:
+        return next(iter(self.hot.items()), None)
+
+    def oldest_cold(self) -> tuple[bytes, Any] | None:
+        return next(iter(self.cold.items()), None)
+
+    def clear(self) -> None:
+        self.hot.clear()
+        self.cold.clear()
+        self.used = 0
+        self.resident_bytes = 0
