@@ -1,0 +1,35 @@
+"""Argument parsing shared by command handlers, with Redis's exact rules and error texts."""
+
+from __future__ import annotations
+
+from kvd.protocol import errors
+from kvd.protocol.errors import CommandError
+
+LLONG_MAX = 2**63 - 1
+LLONG_MIN = -(2**63)
+
+
+def parse_int(raw: bytes | bytearray, message: str = errors.NOT_INTEGER) -> int:
+    """Redis ``string2ll``: optional '-', digits, no spaces, no '+', no leading zeros, fits in 64 bits."""
+    text = bytes(raw)
+    digits = text[1:] if text[:1] == b"-" else text
+    if (
+        not digits
+        or not digits.isdigit()
+        or len(text) > 20
+        or (len(digits) > 1 and digits[:1] == b"0")
+        or text == b"-0"
+    ):
+        raise CommandError(message)
+    value = int(text)
+    if not LLONG_MIN <= value <= LLONG_MAX:
+        raise CommandError(message)
+    return value
+
+
+def lower(raw: bytes | bytearray) -> bytes:
+    return bytes(raw).lower()
+
+
+def text(raw: bytes | bytearray) -> str:
+    return bytes(raw).decode("utf-8", "surrogateescape")

@@ -1,0 +1,377 @@
+"""Connection commands: the handshake (HELLO, AUTH), identity (CLIENT ...), PING/ECHO, SELECT, QUIT, RESET.
+
+The handshake is what every client library runs first, so shapes matter more than anywhere else: HELLO's reply
+is a map with bulk-string keys, a bulk-string ``version`` and an integer ``proto`` (redis-cli asserts the
+types; redis-py checks ``proto``). Passwords are compared with ``hmac.compare_digest`` so the time taken does not
+reveal how much of a guess was right.
+"""
+
+from __future__ import annotations
+
+import hmac
+import time
+from typing import TYPE_CHECKING, Any
+
+from kvd.protocol import errors
+from kvd.protocol.errors import CommandError
+from kvd.protocol.reply import PONG, Pairs
+
+from .args import lower, parse_int, text
+from .registry import FAST, NOAUTH, command
+
+if TYPE_CHECKING:
+    from kvd.connection import Client
+
+G = "connection"
+REDIS_COMPAT_VERSION = "7.2.0"
+
+
+def check_password(c: Client, user: bytes | None, password: bytes) -> bool:
+    required = c.server.settings.requirepass.encode()
+    user_ok = user is None or lower(user) == b"default"
+    # Always run the comparison, even for a wrong user name, so timing says nothing about which part failed.
+    return hmac.compare_digest(password, required) and user_ok
+
+
+@command("ping", -1, FAST, group=G, summary="Returns the server's liveliness response.", usage="[message]")
+def ping(c: Client, argv: list[Any]) -> None:
+    if len(argv) > 2:
+        raise CommandError(errors.wrong_arity("ping"))
+    if len(argv) == 2:
+        c.reply.bulk(argv[1])
+    else:
+        c.reply.raw(PONG)
+
+
+@command("echo", 2, FAST, group=G, summary="Returns the given string.", usage="message")
+def echo(c: Client, argv: list[Any]) -> None:
+    c.reply.bulk(argv[1])
+
+
+@command(
+    "auth",
+    -2,
+    f"{NOAUTH} {FAST}",
+    group=G,
+    summary="Authenticates the connection.",
+    usage="[username] password",
+)
+def auth(c: Client, argv: list[Any]) -> None:
+    if len(argv) > 3:
+        raise CommandError(errors.SYNTAX)
+    if not c.server.settings.requirepass and len(argv) == 2:
+        raise CommandError(errors.AUTH_NOT_CONFIGURED)
+    # With no password configured, "AUTH default <anything>" succeeds (Redis 6+ semantics), other users fail.
+    user = bytes(argv[1]) if len(argv) == 3 else None
+    if c.server.settings.requirepass and not check_password(c, user, bytes(argv[-1])):
+        c.server.stats.auth_failures += 1
+        raise CommandError(errors.WRONGPASS)
+    if not c.server.settings.requirepass and user is not None and lower(user) != b"default":
+        raise CommandError(errors.WRONGPASS)
+    c.set_authenticated(True)
+    c.reply.ok()
+
+
+@command(
+    "hello",
+    -1,
+    f"{NOAUTH} {FAST}",
+    group=G,
+    since="6.0.0",
+    summary="Handshakes with the Redis server.",
+    usage="[protover [AUTH username password] [SETNAME clientname]]",
+)
+def hello(c: Client, argv: list[Any]) -> None:
+    proto = c.reply.proto
+    if len(argv) >= 2:
+        try:
+            proto = parse_int(argv[1], "ERR Protocol version is not an integer or out of range")
+        except CommandError:
+            raise
+        if proto not in (2, 3):
+            raise CommandError(errors.NOPROTO)
+    i = 2
+    auth_pair: tuple[bytes, bytes] | None = None
+    name: bytes | None = None
+    while i < len(argv):
+        opt = lower(argv[i])
+        if opt == b"auth" and i + 2 < len(argv):
+            auth_pair = (bytes(argv[i + 1]), bytes(argv[i + 2]))
+            i += 3
+        elif opt == b"setname" and i + 1 < len(argv):
+            name = bytes(argv[i + 1])
+            i += 2
+        else:
+            raise CommandError(f"ERR Syntax error in HELLO option '{text(argv[i])}'")
+    if auth_pair is not None:
+        user, password = auth_pair
+        if c.server.settings.requirepass:
+            if not check_password(c, user, password):
+                c.server.stats.auth_failures += 1
+                raise CommandError(errors.WRONGPASS)
+        elif lower(user) != b"default":
+            raise CommandError(errors.WRONGPASS)
+        c.set_authenticated(True)
+    if not c.authenticated:
+        raise CommandError(errors.HELLO_NOAUTH)
+    if name is not None:
+        _validate_name(name)
+        c.name = name
+    c.reply.proto = proto
+    c.reply.str_map(
+        [
+            ("server", "redis"),
+            ("version", REDIS_COMPAT_VERSION),
+            ("proto", proto),
+            ("id", c.id),
+            ("mode", "standalone"),
+            ("role", "master"),
+            ("modules", []),
+        ]
+    )
+
+
+@command("select", 2, f"{FAST}", group=G, summary="Changes the selected database.", usage="index")
+def select(c: Client, argv: list[Any]) -> None:
+    if parse_int(argv[1]) != 0:
+        raise CommandError(errors.DB_OUT_OF_RANGE)
+    c.reply.ok()
+
+
+@command("quit", -1, f"{NOAUTH} {FAST}", group=G, summary="Closes the connection.")
+def quit_(c: Client, argv: list[Any]) -> None:
+    c.reply.ok()
+    c.close_after_reply = True
+
+
+@command("reset", 1, f"{NOAUTH} {FAST}", group=G, since="6.2.0", summary="Resets the connection.")
+def reset(c: Client, argv: list[Any]) -> None:
+    c.reply.proto = 2
+    c.name = b""
+    c.set_authenticated(not c.server.settings.requirepass)
+    c.reply.raw(b"+RESET\r\n")
+
+
+# -- CLIENT --------------------------------------------------------------------------------------------------
+
+
+def _validate_name(name: bytes, what: str = "Client names") -> None:
+    if any(b < 33 or b > 126 for b in name):
+        raise CommandError(f"ERR {what} cannot contain spaces, newlines or special characters.")
+
+
+@command(
+    "client",
+    -2,
+    "",
+    group=G,
+    since="2.4.0",
+    summary="A container for client connection commands.",
+    usage="subcommand [argument ...]",
+)
+def client(c: Client, argv: list[Any]) -> Any:
+    from .registry import COMMANDS
+
+    sub = lower(argv[1]).decode("utf-8", "replace")
+    cmd = COMMANDS[b"client"].subcommands.get(sub)
+    if cmd is None:
+        raise CommandError(errors.unknown_subcommand(bytes(argv[1]), "client"))
+    if (cmd.arity > 0 and len(argv) != cmd.arity) or (cmd.arity < 0 and len(argv) < -cmd.arity):
+        raise CommandError(f"ERR wrong number of arguments for 'client|{sub}' command")
+    return cmd.handler(c, argv)
+
+
+@command(
+    "id",
+    2,
+    FAST,
+    group=G,
+    since="5.0.0",
+    parent="client",
+    summary="Returns the unique client ID of the connection.",
+)
+def client_id(c: Client, argv: list[Any]) -> None:
+    c.reply.integer(c.id)
+
+
+@command(
+    "setname",
+    3,
+    FAST,
+    group=G,
+    since="2.6.9",
+    parent="client",
+    summary="Sets the connection name.",
+    usage="connection-name",
+)
+def client_setname(c: Client, argv: list[Any]) -> None:
+    name = bytes(argv[2])
+    _validate_name(name)
+    c.name = name
+    c.reply.ok()
+
+
+@command("getname", 2, FAST, group=G, since="2.6.9", parent="client", summary="Returns the name of the connection.")
+def client_getname(c: Client, argv: list[Any]) -> None:
+    if c.name:
+        c.reply.bulk(c.name)
+    else:
+        c.reply.null()
+
+
+@command(
+    "setinfo",
+    4,
+    FAST,
+    group=G,
+    since="7.2.0",
+    parent="client",
+    summary="Sets information specific to the client or connection.",
+    usage="LIB-NAME libname | LIB-VER libver",
+)
+def client_setinfo(c: Client, argv: list[Any]) -> None:
+    attr = lower(argv[2])
+    value = bytes(argv[3])
+    if attr not in (b"lib-name", b"lib-ver"):
+        raise CommandError(f"ERR Unrecognized option '{text(argv[2])}'")
+    _validate_name(value, text(argv[2]))
+    if attr == b"lib-name":
+        c.lib_name = value
+    else:
+        c.lib_ver = value
+    c.reply.ok()
+
+
+@command(
+    "info",
+    2,
+    FAST,
+    group=G,
+    since="6.2.0",
+    parent="client",
+    summary="Returns information about the connection.",
+)
+def client_info(c: Client, argv: list[Any]) -> None:
+    c.reply.verbatim(c.describe() + "\n")
+
+
+@command(
+    "list",
+    -2,
+    "",
+    group=G,
+    since="2.4.0",
+    parent="client",
+    summary="Lists open connections.",
+    usage="[TYPE NORMAL] [ID client-id [client-id ...]]",
+)
+def client_list(c: Client, argv: list[Any]) -> None:
+    ids: set[int] | None = None
+    if len(argv) > 2:
+        opt = lower(argv[2])
+        if opt == b"id" and len(argv) > 3:
+            ids = {parse_int(a) for a in argv[3:]}
+        elif opt == b"type" and len(argv) == 4 and lower(argv[3]) in (b"normal", b"pubsub", b"replica", b"master"):
+            ids = None if lower(argv[3]) == b"normal" else set()
+        else:
+            raise CommandError(errors.SYNTAX)
+    lines = [cl.describe() + "\n" for cl in c.server.clients.values() if ids is None or cl.id in ids]
+    c.reply.verbatim("".join(lines))
+
+
+@command(
+    "kill",
+    -3,
+    "admin",
+    group=G,
+    since="2.4.0",
+    parent="client",
+    summary="Terminates open connections.",
+    usage="ID client-id | ADDR ip:port",
+)
+def client_kill(c: Client, argv: list[Any]) -> None:
+    if len(argv) == 3:  # old form: CLIENT KILL addr
+        victims = [cl for cl in c.server.clients.values() if cl.addr == text(argv[2])]
+        if not victims:
+            raise CommandError("ERR No such client")
+        victims[0].kill()
+        c.reply.ok()
+        return
+    if len(argv) % 2 != 0:
+        raise CommandError(errors.SYNTAX)
+    victims = list(c.server.clients.values())
+    for i in range(2, len(argv), 2):
+        opt, value = lower(argv[i]), argv[i + 1]
+        if opt == b"id":
+            wanted = parse_int(value)
+            victims = [cl for cl in victims if cl.id == wanted]
+        elif opt == b"addr":
+            victims = [cl for cl in victims if cl.addr == text(value)]
+        elif opt == b"skipme":
+            if lower(value) == b"yes":
+                victims = [cl for cl in victims if cl is not c]
+        else:
+            raise CommandError(errors.SYNTAX)
+    for cl in victims:
+        cl.kill()
+    c.reply.integer(len(victims))
+
+
+@command(
+    "no-evict",
+    3,
+    FAST,
+    group=G,
+    since="7.0.0",
+    parent="client",
+    summary="Set client eviction mode for the current connection.",
+    usage="ON | OFF",
+)
+def client_no_evict(c: Client, argv: list[Any]) -> None:
+    if lower(argv[2]) not in (b"on", b"off"):
+        raise CommandError(errors.SYNTAX)
+    c.reply.ok()
+
+
+@command(
+    "no-touch",
+    3,
+    FAST,
+    group=G,
+    since="7.2.0",
+    parent="client",
+    summary="Controls whether commands sent by the client affect the LRU/LFU of accessed keys.",
+    usage="ON | OFF",
+)
+def client_no_touch(c: Client, argv: list[Any]) -> None:
+    if lower(argv[2]) not in (b"on", b"off"):
+        raise CommandError(errors.SYNTAX)
+    c.reply.ok()
+
+
+@command(
+    "help",
+    2,
+    FAST,
+    group=G,
+    since="5.0.0",
+    parent="client",
+    summary="Returns helpful text about the different subcommands.",
+)
+def client_help(c: Client, argv: list[Any]) -> None:
+    from .registry import COMMANDS
+
+    lines = ["CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:"]
+    for name, sub in sorted(COMMANDS[b"client"].subcommands.items()):
+        lines.append(f"{name.upper()} {sub.usage}".rstrip())
+        lines.append(f"    {sub.summary}")
+    c.reply.array(len(lines))
+    for line in lines:
+        c.reply.simple(line)
+
+
+def uptime_seconds(c: Client) -> int:
+    return int(time.time() - c.server.started_at)
+
+
+_ = Pairs  # re-exported for handlers building maps

@@ -1,0 +1,388 @@
+"""Generic key commands: existence, deletion, TTLs, iteration (Redis ``db.c`` and ``expire.c``).
+
+SCAN uses the keyspace's stable sequence cursor (``kvd/store/scan.py``), so a full iteration returns every key
+that existed throughout exactly once, even under concurrent writes. KEYS and SCAN MATCH use Redis's glob rules
+(``kvd/store/glob.py``), with its cap on backtracking.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kvd.protocol import errors
+from kvd.protocol.errors import CommandError
+from kvd.store.glob import glob_match
+from kvd.store.keyspace import now_ms
+
+from .args import LLONG_MAX, lower, parse_int
+from .registry import FAST, READONLY, WRITE, command
+
+if TYPE_CHECKING:
+    from kvd.connection import Client
+
+G = "generic"
+TYPES = (b"string", b"list", b"set", b"zset", b"hash", b"stream")
+
+
+@command(
+    "del",
+    -2,
+    WRITE,
+    (1, -1, 1),
+    group=G,
+    complexity="O(N)",
+    summary="Deletes one or more keys.",
+    usage="key [key ...]",
+)
+def del_(c: Client, argv: list[Any]) -> None:
+    c.reply.integer(sum(c.keyspace.delete(bytes(k)) for k in argv[1:]))
+
+
+@command(
+    "unlink",
+    -2,
+    f"{WRITE} {FAST}",
+    (1, -1, 1),
+    group=G,
+    since="4.0.0",
+    complexity="O(N)",
+    summary="Asynchronously deletes one or more keys.",
+    usage="key [key ...]",
+)
+def unlink(c: Client, argv: list[Any]) -> None:
+    # Freeing a value is a refcount drop in CPython; there is no slow destructor to move off the loop.
+    c.reply.integer(sum(c.keyspace.delete(bytes(k)) for k in argv[1:]))
+
+
+@command(
+    "exists",
+    -2,
+    f"{READONLY} {FAST}",
+    (1, -1, 1),
+    group=G,
+    since="3.0.3",
+    complexity="O(N)",
+    summary="Determines whether one or more keys exist.",
+    usage="key [key ...]",
+)
+def exists(c: Client, argv: list[Any]) -> None:
+    now = now_ms()
+    c.reply.integer(sum(c.keyspace.lookup(bytes(k), now) is not None for k in argv[1:]))
+
+
+@command(
+    "type",
+    2,
+    f"{READONLY} {FAST}",
+    (1, 1, 1),
+    group=G,
+    summary="Determines the type of value stored at a key.",
+    usage="key",
+)
+def type_(c: Client, argv: list[Any]) -> None:
+    c.reply.raw(b"+string\r\n" if c.keyspace.lookup(bytes(argv[1])) is not None else b"+none\r\n")
+
+
+def _ttl(c: Client, argv: list[Any], ms: bool, absolute: bool = False) -> None:
+    entry = c.keyspace.lookup(bytes(argv[1]))
+    if entry is None:
+        c.reply.integer(-2)
+    elif not entry.expire_at:
+        c.reply.integer(-1)
+    elif absolute:
+        c.reply.integer(entry.expire_at if ms else (entry.expire_at + 500) // 1000)
+    else:
+        left = max(entry.expire_at - now_ms(), 0)
+        c.reply.integer(left if ms else (left + 500) // 1000)
+
+
+@command(
+    "ttl",
+    2,
+    f"{READONLY} {FAST}",
+    (1, 1, 1),
+    group=G,
+    summary="Returns the expiration time in seconds of a key.",
+    usage="key",
+)
+def ttl(c: Client, argv: list[Any]) -> None:
+    _ttl(c, argv, ms=False)
+
+
+@command(
+    "pttl",
+    2,
+    f"{READONLY} {FAST}",
+    (1, 1, 1),
+    group=G,
+    since="2.6.0",
+    summary="Returns the expiration time in milliseconds of a key.",
+    usage="key",
+)
+def pttl(c: Client, argv: list[Any]) -> None:
+    _ttl(c, argv, ms=True)
+
+
+@command(
+    "expiretime",
+    2,
+    f"{READONLY} {FAST}",
+    (1, 1, 1),
+    group=G,
+    since="7.0.0",
+    summary="Returns the expiration time of a key as a Unix timestamp.",
+    usage="key",
+)
+def expiretime(c: Client, argv: list[Any]) -> None:
+    _ttl(c, argv, ms=False, absolute=True)
+
+
+@command(
+    "pexpiretime",
+    2,
+    f"{READONLY} {FAST}",
+    (1, 1, 1),
+    group=G,
+    since="7.0.0",
+    summary="Returns the expiration time of a key as a Unix milliseconds timestamp.",
+    usage="key",
+)
+def pexpiretime(c: Client, argv: list[Any]) -> None:
+    _ttl(c, argv, ms=True, absolute=True)
+
+
+def _expire(c: Client, argv: list[Any], name: str, unit_ms: int, absolute: bool) -> None:
+    key = bytes(argv[1])
+    amount = parse_int(argv[2])
+    nx = xx = gt = lt = False
+    for raw in argv[3:]:
+        opt = lower(raw)
+        if opt == b"nx":
+            nx = True
+        elif opt == b"xx":
+            xx = True
+        elif opt == b"gt":
+            gt = True
+        elif opt == b"lt":
+            lt = True
+        else:
+            raise CommandError(f"ERR Unsupported option {bytes(raw).decode('utf-8', 'replace')}")
+    if nx and (xx or gt or lt):
+        raise CommandError("ERR NX and XX, GT or LT options at the same time are not compatible")
+    if gt and lt:
+        raise CommandError("ERR GT and LT options at the same time are not compatible")
+    if unit_ms == 1000 and not -(LLONG_MAX // 1000) <= amount <= LLONG_MAX // 1000:
+        raise CommandError(errors.invalid_expire(name))
+    when = amount * unit_ms
+    if not absolute:
+        base = now_ms()
+        if when > LLONG_MAX - base:
+            raise CommandError(errors.invalid_expire(name))
+        when += base
+    entry = c.keyspace.lookup(key)
+    if entry is None:
+        c.reply.integer(0)
+        return
+    current = entry.expire_at  # 0 = no TTL, which GT/LT treat as infinite
+    if (
+        (nx and current)
+        or (xx and not current)
+        or (gt and (not current or when <= current))
+        or (lt and current and when >= current)
+    ):
+        c.reply.integer(0)
+        return
+    c.keyspace.set_expire(key, max(when, 1))
+    c.reply.integer(1)
+
+
+@command(
+    "expire",
+    -3,
+    f"{WRITE} {FAST}",
+    (1, 1, 1),
+    group=G,
+    summary="Sets the expiration time of a key in seconds.",
+    usage="key seconds [NX | XX | GT | LT]",
+)
+def expire(c: Client, argv: list[Any]) -> None:
+    _expire(c, argv, "expire", 1000, absolute=False)
+
+
+@command(
+    "pexpire",
+    -3,
+    f"{WRITE} {FAST}",
+    (1, 1, 1),
+    group=G,
+    since="2.6.0",
+    summary="Sets the expiration time of a key in milliseconds.",
+    usage="key milliseconds [NX | XX | GT | LT]",
+)
+def pexpire(c: Client, argv: list[Any]) -> None:
+    _expire(c, argv, "pexpire", 1, absolute=False)
+
+
+@command(
+    "expireat",
+    -3,
+    f"{WRITE} {FAST}",
+    (1, 1, 1),
+    group=G,
+    since="1.2.0",
+    summary="Sets the expiration time of a key to a Unix timestamp.",
+    usage="key unix-time-seconds [NX | XX | GT | LT]",
+)
+def expireat(c: Client, argv: list[Any]) -> None:
+    _expire(c, argv, "expireat", 1000, absolute=True)
+
+
+@command(
+    "pexpireat",
+    -3,
+    f"{WRITE} {FAST}",
+    (1, 1, 1),
+    group=G,
+    since="2.6.0",
+    summary="Sets the expiration time of a key to a Unix milliseconds timestamp.",
+    usage="key unix-time-milliseconds [NX | XX | GT | LT]",
+)
+def pexpireat(c: Client, argv: list[Any]) -> None:
+    _expire(c, argv, "pexpireat", 1, absolute=True)
+
+
+@command(
+    "persist",
+    2,
+    f"{WRITE} {FAST}",
+    (1, 1, 1),
+    group=G,
+    since="2.2.0",
+    summary="Removes the expiration time of a key.",
+    usage="key",
+)
+def persist(c: Client, argv: list[Any]) -> None:
+    key = bytes(argv[1])
+    entry = c.keyspace.lookup(key)
+    if entry is None or not entry.expire_at:
+        c.reply.integer(0)
+        return
+    c.keyspace.set_expire(key, 0)
+    c.reply.integer(1)
+
+
+@command(
+    "keys",
+    2,
+    READONLY,
+    (0, 0, 0),
+    group=G,
+    complexity="O(N)",
+    summary="Returns all key names that match a pattern.",
+    usage="pattern",
+)
+def keys(c: Client, argv: list[Any]) -> None:
+    pattern = bytes(argv[1])
+    found = c.keyspace.live_keys() if pattern == b"*" else [k for k in c.keyspace.live_keys() if glob_match(pattern, k)]
+    c.reply.bulk_array(found)
+
+
+@command(
+    "scan",
+    -2,
+    READONLY,
+    (0, 0, 0),
+    group=G,
+    since="2.8.0",
+    complexity="O(1) per call",
+    summary="Iterates over the key names in the database.",
+    usage="cursor [MATCH pattern] [COUNT count] [TYPE type]",
+)
+def scan(c: Client, argv: list[Any]) -> None:
+    raw_cursor = bytes(argv[1])
+    if not raw_cursor.isdigit() or int(raw_cursor) >= 2**64:
+        raise CommandError(errors.INVALID_CURSOR)
+    cursor = int(raw_cursor)
+    pattern: bytes | None = None
+    count = 10
+    type_filter: bytes | None = None
+    i = 2
+    while i < len(argv):
+        opt = lower(argv[i])
+        if i + 1 >= len(argv):
+            raise CommandError(errors.SYNTAX)
+        if opt == b"match":
+            pattern = bytes(argv[i + 1])
+        elif opt == b"count":
+            count = parse_int(argv[i + 1])
+            if count < 1:
+                raise CommandError(errors.SYNTAX)
+        elif opt == b"type":
+            type_filter = lower(argv[i + 1])
+        else:
+            raise CommandError(errors.SYNTAX)
+        i += 2
+    next_cursor, found = c.keyspace.scan_page(cursor, count)
+    if pattern is not None and pattern != b"*":
+        found = [k for k in found if glob_match(pattern, k)]
+    if type_filter is not None and type_filter != b"string":
+        found = []  # every kvd value is a string (Redis 7.0 also answers unknown type names with nothing)
+    c.reply.array(2)
+    c.reply.bulk(b"%d" % next_cursor)
+    c.reply.bulk_array(found)
+
+
+@command("randomkey", 1, READONLY, (0, 0, 0), group=G, summary="Returns a random key name from the database.")
+def randomkey(c: Client, argv: list[Any]) -> None:
+    key = c.keyspace.random_key()
+    if key is None:
+        c.reply.null()
+    else:
+        c.reply.bulk(key)
+
+
+@command(
+    "dbsize",
+    1,
+    f"{READONLY} {FAST}",
+    (0, 0, 0),
+    group="server",
+    summary="Returns the number of keys in the database.",
+)
+def dbsize(c: Client, argv: list[Any]) -> None:
+    c.reply.integer(len(c.keyspace))
+
+
+def _flush(c: Client, argv: list[Any]) -> None:
+    if len(argv) > 2 or (len(argv) == 2 and lower(argv[1]) not in (b"async", b"sync")):
+        raise CommandError(errors.SYNTAX)
+    c.keyspace.flush()
+    c.reply.ok()
+
+
+@command(
+    "flushall",
+    -1,
+    WRITE,
+    (0, 0, 0),
+    group="server",
+    complexity="O(N)",
+    summary="Removes all keys from all databases, in RAM and on disk.",
+    usage="[ASYNC | SYNC]",
+)
+def flushall(c: Client, argv: list[Any]) -> None:
+    _flush(c, argv)
+
+
+@command(
+    "flushdb",
+    -1,
+    WRITE,
+    (0, 0, 0),
+    group="server",
+    complexity="O(N)",
+    summary="Remove all keys from the current database, in RAM and on disk.",
+    usage="[ASYNC | SYNC]",
+)
+def flushdb(c: Client, argv: list[Any]) -> None:
+    _flush(c, argv)

@@ -1,0 +1,176 @@
+"""The command table: name, arity, flags, key positions, handler and documentation of every command.
+
+Handlers register with ``@command(...)`` in the family modules (``strings``, ``keys``, ``connection``,
+``server``, ``kvd_ext``). The connection looks a command up by its lowercased name, checks arity and the flags
+(auth, writability, memory) in one place, ``dispatch()``, and calls the handler. A handler writes its reply
+through ``client.reply`` and returns None, or returns an awaitable when it must wait for the disk; the
+connection then suspends that client's pipeline until the awaitable is done, which keeps replies in order.
+
+Arity follows Redis: positive = exact argument count including the name, negative = at least that many.
+``usage`` is the argument syntax shown by HELP and turned into COMMAND DOCS ``arguments`` for redis-cli's
+hints; see ``_parse_usage``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kvd.connection import Client
+
+Handler = Callable[["Client", list[Any]], Awaitable[None] | None]
+
+WRITE = "write"  # changes the dataset: refused while the log is in MISCONF state
+DENYOOM = "denyoom"  # may grow memory: refused when over maxmemory under noeviction
+NOAUTH = "no_auth"  # allowed before AUTH
+READONLY = "readonly"
+FAST = "fast"
+ADMIN = "admin"
+LOADING = "loading"
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    name: str
+    arity: int
+    flags: frozenset[str]
+    first_key: int
+    last_key: int
+    step: int
+    handler: Handler
+    group: str
+    summary: str
+    since: str
+    complexity: str
+    usage: str
+    subcommands: dict[str, Command] = field(default_factory=dict)
+
+    @property
+    def is_write(self) -> bool:
+        return WRITE in self.flags
+
+    def arguments(self) -> list[dict[str, Any]]:
+        return _parse_usage(self.usage)
+
+
+COMMANDS: dict[bytes, Command] = {}
+
+
+def command(
+    name: str,
+    arity: int,
+    flags: str = "",
+    keys: tuple[int, int, int] = (0, 0, 0),
+    *,
+    group: str,
+    summary: str,
+    usage: str = "",
+    since: str = "1.0.0",
+    complexity: str = "O(1)",
+    parent: str | None = None,
+) -> Callable[[Handler], Handler]:
+    """Register a handler. ``parent`` makes it a subcommand (e.g. CLIENT SETNAME) for COMMAND DOCS/INFO."""
+
+    def register(handler: Handler) -> Handler:
+        cmd = Command(
+            name=name.lower(),
+            arity=arity,
+            flags=frozenset(flags.split()),
+            first_key=keys[0],
+            last_key=keys[1],
+            step=keys[2],
+            handler=handler,
+            group=group,
+            summary=summary,
+            since=since,
+            complexity=complexity,
+            usage=usage,
+        )
+        if parent is None:
+            COMMANDS[cmd.name.encode()] = cmd
+        else:
+            COMMANDS[parent.encode()].subcommands[cmd.name] = cmd
+        return handler
+
+    return register
+
+
+# -- COMMAND DOCS argument trees ----------------------------------------------------------------------------
+
+_TOKEN = re.compile(r"\[|\]|\||\.\.\.|[^\s\[\]|]+")
+
+
+def _parse_usage(usage: str) -> list[dict[str, Any]]:
+    """Turn ``key value [NX | XX] [EX seconds | PX milliseconds]`` into Redis's COMMAND DOCS argument list.
+
+    Grammar: ``[ ... ]`` optional group, ``a | b`` one-of, ``...`` repeats the previous item, an UPPERCASE word
+    is a literal token, and a lowercase word is a typed argument (``key`` -> key, ``*seconds*``/``count`` ->
+    integer, else string). An UPPERCASE word directly followed by a lowercase word is a token with a value.
+    """
+    tokens = _TOKEN.findall(usage)
+    pos = 0
+
+    def parse_seq(stop: set[str]) -> list[dict[str, Any]]:
+        nonlocal pos
+        items: list[dict[str, Any]] = []
+        while pos < len(tokens) and tokens[pos] not in stop:
+            tok = tokens[pos]
+            pos += 1
+            if tok == "[":
+                alternatives = [parse_seq({"|", "]"})]
+                while pos < len(tokens) and tokens[pos] == "|":
+                    pos += 1
+                    alternatives.append(parse_seq({"|", "]"}))
+                pos += 1  # ']'
+                items.append(_group(alternatives, optional=True))
+            elif tok == "...":
+                if items:
+                    items[-1].setdefault("flags", []).append("multiple")
+            elif tok.isupper():
+                if (
+                    pos < len(tokens)
+                    and tokens[pos] not in "[]|"
+                    and not tokens[pos].isupper()
+                    and tokens[pos] != "..."
+                ):
+                    value = tokens[pos]
+                    pos += 1
+                    items.append({"name": value, "type": _arg_type(value), "token": tok})
+                else:
+                    items.append({"name": tok.lower(), "type": "pure-token", "token": tok})
+            else:
+                items.append({"name": tok, "type": _arg_type(tok)})
+        return items
+
+    def _group(alternatives: list[list[dict[str, Any]]], optional: bool) -> dict[str, Any]:
+        if len(alternatives) == 1:
+            seq = alternatives[0]
+            arg = seq[0] if len(seq) == 1 else {"name": "block", "type": "block", "arguments": seq}
+        else:
+            options = [
+                seq[0] if len(seq) == 1 else {"name": "block", "type": "block", "arguments": seq}
+                for seq in alternatives
+            ]
+            arg = {"name": "condition", "type": "oneof", "arguments": options}
+        arg = dict(arg)
+        if optional:
+            arg["flags"] = [*arg.get("flags", []), "optional"]
+        return arg
+
+    while pos < len(tokens):
+        result = parse_seq(set())
+        return result
+    return []
+
+
+def _arg_type(name: str) -> str:
+    if name in ("key", "destination", "source"):
+        return "key"
+    if any(
+        word in name for word in ("seconds", "milliseconds", "count", "cursor", "start", "end", "index", "time", "id")
+    ):
+        return "integer"
+    return "string"

@@ -1,0 +1,393 @@
+"""Server commands: INFO, CONFIG, COMMAND, TIME, SHUTDOWN.
+
+COMMAND DOCS is what redis-cli reads on start to build its interactive help and argument hints, and COMMAND
+INFO is what client libraries use for key positions; both are generated from the command table so they can
+never disagree with what the server actually accepts.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from kvd.config import ConfigError, settings_items
+from kvd.protocol import errors
+from kvd.protocol.errors import CommandError
+from kvd.protocol.reply import Pairs
+from kvd.store.glob import glob_match
+
+from .args import lower, text
+from .registry import ADMIN, COMMANDS, FAST, LOADING, NOAUTH, Command, command
+
+if TYPE_CHECKING:
+    from kvd.connection import Client
+
+G = "server"
+
+# Keys clients probe that have no kvd equivalent, answered with what is true of kvd.
+_COMPAT_CONFIG = {"save": "", "databases": "1"}
+
+
+@command(
+    "info",
+    -1,
+    f"{LOADING}",
+    group=G,
+    summary="Returns information and statistics about the server.",
+    usage="[section [section ...]]",
+)
+def info(c: Client, argv: list[Any]) -> None:
+    sections = [text(a).lower() for a in argv[1:]]
+    c.reply.verbatim(c.server.info_text(sections))
+
+
+@command("time", 1, f"{FAST} {LOADING}", group=G, since="2.6.0", summary="Returns the server time.")
+def time_(c: Client, argv: list[Any]) -> None:
+    now = time.time_ns() // 1000
+    c.reply.array(2)
+    c.reply.bulk(b"%d" % (now // 1_000_000))
+    c.reply.bulk(b"%d" % (now % 1_000_000))
+
+
+@command(
+    "shutdown",
+    -1,
+    f"{ADMIN} {NOAUTH}",
+    group=G,
+    summary="Synchronously flushes the log and shuts down the server.",
+    usage="[NOSAVE | SAVE] [NOW] [FORCE] [ABORT]",
+)
+def shutdown(c: Client, argv: list[Any]) -> None:
+    if not c.authenticated:
+        raise CommandError(errors.NOAUTH)
+    for raw in argv[1:]:
+        if lower(raw) not in (b"nosave", b"save", b"now", b"force", b"abort"):
+            raise CommandError(errors.SYNTAX)
+    c.server.request_shutdown("SHUTDOWN command")
+    c.close_after_reply = True  # Redis sends no reply on success; the connection just closes.
+
+
+# -- CONFIG --------------------------------------------------------------------------------------------------
+
+
+def config_pairs(c: Client) -> list[tuple[str, str]]:
+    settings = c.server.settings
+    pairs = settings_items(settings)
+    pairs.append(("appendonly", "yes" if settings.persistence else "no"))
+    pairs.extend(_COMPAT_CONFIG.items())
+    return pairs
+
+
+@command(
+    "config",
+    -2,
+    "",
+    group=G,
+    since="2.0.0",
+    summary="A container for server configuration commands.",
+    usage="subcommand [argument ...]",
+)
+def config(c: Client, argv: list[Any]) -> Any:
+    sub = lower(argv[1]).decode("utf-8", "replace")
+    cmd = COMMANDS[b"config"].subcommands.get(sub)
+    if cmd is None:
+        raise CommandError(errors.unknown_subcommand(bytes(argv[1]), "config"))
+    if (cmd.arity > 0 and len(argv) != cmd.arity) or (cmd.arity < 0 and len(argv) < -cmd.arity):
+        raise CommandError(f"ERR wrong number of arguments for 'config|{sub}' command")
+    return cmd.handler(c, argv)
+
+
+@command(
+    "get",
+    -3,
+    f"{LOADING}",
+    group=G,
+    since="2.0.0",
+    parent="config",
+    summary="Returns the effective values of configuration parameters.",
+    usage="parameter [parameter ...]",
+)
+def config_get(c: Client, argv: list[Any]) -> None:
+    patterns = [bytes(a) for a in argv[2:]]
+    seen: dict[str, str] = {}
+    for name, value in config_pairs(c):
+        if name not in seen and any(glob_match(p, name.encode(), nocase=True) for p in patterns):
+            seen[name] = value
+    c.reply.str_map(list(seen.items()))
+
+
+@command(
+    "set",
+    -4,
+    f"{ADMIN}",
+    group=G,
+    since="2.0.0",
+    parent="config",
+    summary="Sets configuration parameters in-flight.",
+    usage="parameter value [parameter value ...]",
+)
+def config_set(c: Client, argv: list[Any]) -> None:
+    if len(argv) % 2 != 0:
+        raise CommandError("ERR wrong number of arguments for 'config|set' command")
+    settings = c.server.settings
+    from kvd.config import apply_runtime
+
+    for i in range(2, len(argv), 2):
+        name = text(argv[i]).lower()
+        try:
+            settings = apply_runtime(settings, name, text(argv[i + 1]))
+        except ConfigError as exc:
+            raise CommandError(f"ERR CONFIG SET failed (possibly related to argument '{name}') - {exc}") from exc
+    c.server.apply_settings(settings)
+    c.reply.ok()
+
+
+@command(
+    "resetstat",
+    2,
+    f"{ADMIN}",
+    group=G,
+    since="2.0.0",
+    parent="config",
+    summary="Resets the server's statistics.",
+)
+def config_resetstat(c: Client, argv: list[Any]) -> None:
+    c.server.reset_stats()
+    c.reply.ok()
+
+
+@command(
+    "help",
+    2,
+    "",
+    group=G,
+    since="5.0.0",
+    parent="config",
+    summary="Returns helpful text about the different subcommands.",
+)
+def config_help(c: Client, argv: list[Any]) -> None:
+    _help(c, "config")
+
+
+# -- COMMAND -------------------------------------------------------------------------------------------------
+
+
+@command(
+    "command",
+    -1,
+    f"{LOADING}",
+    group=G,
+    since="2.8.13",
+    complexity="O(N)",
+    summary="Returns detailed information about all commands.",
+    usage="[subcommand [argument ...]]",
+)
+def command_(c: Client, argv: list[Any]) -> Any:
+    if len(argv) == 1:
+        cmds = sorted(COMMANDS.values(), key=lambda cmd: cmd.name)
+        c.reply.array(len(cmds))
+        for cmd in cmds:
+            _command_info(c, cmd)
+        return None
+    sub = lower(argv[1]).decode("utf-8", "replace")
+    cmd = COMMANDS[b"command"].subcommands.get(sub)
+    if cmd is None:
+        raise CommandError(errors.unknown_subcommand(bytes(argv[1]), "command"))
+    if (cmd.arity > 0 and len(argv) != cmd.arity) or (cmd.arity < 0 and len(argv) < -cmd.arity):
+        raise CommandError(f"ERR wrong number of arguments for 'command|{sub}' command")
+    return cmd.handler(c, argv)
+
+
+def _lookup(name: bytes) -> Command | None:
+    raw = lower(name)
+    if b"|" in raw:
+        parent, _, sub = raw.partition(b"|")
+        container = COMMANDS.get(parent)
+        return container.subcommands.get(sub.decode()) if container else None
+    return COMMANDS.get(raw)
+
+
+def _full_name(cmd: Command, parent: Command | None) -> str:
+    return f"{parent.name}|{cmd.name}" if parent else cmd.name
+
+
+def _command_info(c: Client, cmd: Command, parent: Command | None = None) -> None:
+    r = c.reply
+    r.array(10)
+    r.text(_full_name(cmd, parent))
+    r.integer(cmd.arity)
+    flags = sorted(cmd.flags - {LOADING})
+    r.set(len(flags))
+    for flag in flags:
+        r.simple(flag)
+    r.integer(cmd.first_key)
+    r.integer(cmd.last_key)
+    r.integer(cmd.step)
+    r.set(1)
+    r.simple(f"@{cmd.group}")
+    r.array(0)  # tips
+    r.array(0)  # key specs
+    subs = sorted(cmd.subcommands.values(), key=lambda s: s.name)
+    r.array(len(subs))
+    for sub in subs:
+        _command_info(c, sub, cmd)
+
+
+@command("count", 2, FAST, group=G, since="2.8.13", parent="command", summary="Returns a count of commands.")
+def command_count(c: Client, argv: list[Any]) -> None:
+    c.reply.integer(len(COMMANDS))
+
+
+@command(
+    "list",
+    -2,
+    "",
+    group=G,
+    since="7.0.0",
+    parent="command",
+    summary="Returns a list of command names.",
+    usage="[FILTERBY MODULE module-name | ACLCAT category | PATTERN pattern]",
+)
+def command_list(c: Client, argv: list[Any]) -> None:
+    names = sorted(cmd.name for cmd in COMMANDS.values())
+    if len(argv) > 2:
+        if len(argv) != 5 or lower(argv[2]) != b"filterby":
+            raise CommandError(errors.SYNTAX)
+        kind, value = lower(argv[3]), bytes(argv[4])
+        if kind == b"pattern":
+            names = [n for n in names if glob_match(value, n.encode(), nocase=True)]
+        elif kind == b"aclcat":
+            names = [n for n in names if COMMANDS[n.encode()].group == value.decode().lstrip("@")]
+        elif kind == b"module":
+            names = []
+        else:
+            raise CommandError(errors.SYNTAX)
+    c.reply.bulk_array([n.encode() for n in names])
+
+
+@command(
+    "info",
+    -2,
+    "",
+    group=G,
+    since="2.8.13",
+    parent="command",
+    summary="Returns information about one, multiple or all commands.",
+    usage="[command-name [command-name ...]]",
+)
+def command_info(c: Client, argv: list[Any]) -> None:
+    if len(argv) == 2:
+        command_(c, argv[:1])
+        return
+    c.reply.array(len(argv) - 2)
+    for name in argv[2:]:
+        cmd = _lookup(bytes(name))
+        if cmd is None:
+            c.reply.null_array()
+        else:
+            _command_info(c, cmd)
+
+
+@command(
+    "docs",
+    -2,
+    f"{LOADING}",
+    group=G,
+    since="7.0.0",
+    parent="command",
+    summary="Returns documentary information about one, multiple or all commands.",
+    usage="[command-name [command-name ...]]",
+)
+def command_docs(c: Client, argv: list[Any]) -> None:
+    if len(argv) == 2:
+        cmds = [(cmd, None) for cmd in sorted(COMMANDS.values(), key=lambda cmd: cmd.name)]
+    else:
+        cmds = []
+        for name in argv[2:]:
+            cmd = _lookup(bytes(name))
+            if cmd is not None:
+                cmds.append((cmd, None))
+    c.reply.map(len(cmds))
+    for cmd, parent in cmds:
+        c.reply.text(_full_name(cmd, parent))
+        c.reply.value(Pairs(_doc_pairs(cmd)))
+
+
+def _doc_pairs(cmd: Command, parent: Command | None = None) -> list[tuple[str, object]]:
+    pairs: list[tuple[str, object]] = [
+        ("summary", cmd.summary),
+        ("since", cmd.since),
+        ("group", cmd.group),
+        ("complexity", cmd.complexity),
+    ]
+    arguments = cmd.arguments()
+    if arguments:
+        pairs.append(("arguments", [_arg_pairs(a) for a in arguments]))
+    if cmd.subcommands:
+        pairs.append(
+            (
+                "subcommands",
+                Pairs(
+                    [
+                        (f"{cmd.name}|{s.name}", Pairs(_doc_pairs(s, cmd)))
+                        for s in sorted(cmd.subcommands.values(), key=lambda s: s.name)
+                    ]
+                ),
+            )
+        )
+    return pairs
+
+
+def _arg_pairs(arg: dict[str, Any]) -> Pairs:
+    pairs: list[tuple[str, object]] = [("name", arg["name"]), ("type", arg["type"])]
+    if "token" in arg:
+        pairs.append(("token", arg["token"]))
+    if arg.get("flags"):
+        pairs.append(("flags", [f for f in arg["flags"]]))
+    if "arguments" in arg:
+        pairs.append(("arguments", [_arg_pairs(a) for a in arg["arguments"]]))
+    return Pairs(pairs)
+
+
+@command(
+    "getkeys",
+    -3,
+    "",
+    group=G,
+    since="2.8.13",
+    parent="command",
+    summary="Extracts the key names from an arbitrary command.",
+    usage="command [arg [arg ...]]",
+)
+def command_getkeys(c: Client, argv: list[Any]) -> None:
+    cmd = COMMANDS.get(lower(argv[2]))
+    if cmd is None:
+        raise CommandError("ERR Invalid command specified")
+    args = argv[2:]
+    if cmd.first_key == 0:
+        raise CommandError("ERR The command has no key arguments")
+    last = cmd.last_key if cmd.last_key >= 0 else len(args) + cmd.last_key
+    c.reply.bulk_array([args[i] for i in range(cmd.first_key, last + 1, cmd.step)])
+
+
+@command(
+    "help",
+    2,
+    "",
+    group=G,
+    since="5.0.0",
+    parent="command",
+    summary="Returns helpful text about the different subcommands.",
+)
+def command_help(c: Client, argv: list[Any]) -> None:
+    _help(c, "command")
+
+
+def _help(c: Client, container: str) -> None:
+    lines = [f"{container.upper()} <subcommand> [<arg> [value] [opt] ...]. Subcommands are:"]
+    for name, sub in sorted(COMMANDS[container.encode()].subcommands.items()):
+        lines.append(f"{name.upper()} {sub.usage}".rstrip())
+        lines.append(f"    {sub.summary}")
+    c.reply.array(len(lines))
+    for line in lines:
+        c.reply.simple(line)

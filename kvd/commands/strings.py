@@ -1,0 +1,477 @@
+"""String commands: SET and its family, GET and its family, ranges and counters (Redis ``t_string.c``).
+
+Values are opaque bytes: KV-cache chunks arrive as bytearrays received in place by the parser and are stored
+without a copy. Commands that derive a new value (APPEND, SETRANGE, INCR) build a new object rather than
+mutating the stored one, because replies and in-flight disk writes may still hold views of it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kvd.protocol import errors
+from kvd.protocol.errors import CommandError
+from kvd.store.keyspace import now_ms
+
+from .args import LLONG_MAX, lower, parse_int
+from .registry import DENYOOM, FAST, READONLY, WRITE, command
+
+if TYPE_CHECKING:
+    from kvd.connection import Client
+
+G = "string"
+
+
+def _expire_at(c: Client, unit: bytes, raw: bytes, name: str) -> int:
+    """Absolute deadline in ms for EX/PX/EXAT/PXAT ``raw``; Redis's errors for junk, <= 0 and overflow."""
+    value = parse_int(raw)
+    if value <= 0:
+        raise CommandError(errors.invalid_expire(name))
+    if unit in (b"ex", b"exat"):
+        if value > LLONG_MAX // 1000:
+            raise CommandError(errors.invalid_expire(name))
+        value *= 1000
+    if unit in (b"ex", b"px"):
+        base = now_ms()
+        if value > LLONG_MAX - base:
+            raise CommandError(errors.invalid_expire(name))
+        value += base
+    return value
+
+
+def _reply_value(c: Client, value: Any) -> Any:
+    """Reply with a value that may still be on disk (an awaitable)."""
+    if value is None:
+        c.reply.null()
+        return None
+    if isinstance(value, bytes | bytearray | memoryview):
+        c.reply.bulk(value)
+        return None
+
+    async def finish() -> None:
+        loaded = await value
+        if loaded is None:
+            c.reply.null()
+        else:
+            c.reply.bulk(loaded)
+
+    return finish()
+
+
+@command(
+    "get",
+    2,
+    f"{READONLY} {FAST}",
+    (1, 1, 1),
+    group=G,
+    summary="Returns the string value of a key.",
+    usage="key",
+)
+def get(c: Client, argv: list[Any]) -> Any:
+    return _reply_value(c, c.keyspace.get(bytes(argv[1])))
+
+
+@command(
+    "set",
+    -3,
+    f"{WRITE} {DENYOOM}",
+    (1, 1, 1),
+    group=G,
+    since="1.0.0",
+    summary="Sets the string value of a key, ignoring its type. The key is created if it doesn't exist.",
+    usage="key value [NX | XX] [GET] [EX seconds | PX milliseconds | EXAT unix-time-seconds | "
+    "PXAT unix-time-milliseconds | KEEPTTL]",
+)
+def set_(c: Client, argv: list[Any]) -> Any:
+    key = bytes(argv[1])
+    value = argv[2]
+    cond = b""
+    want_get = keep_ttl = False
+    unit = b""
+    raw_expire = b""
+    i = 3
+    while i < len(argv):
+        opt = lower(argv[i])
+        if opt in (b"nx", b"xx") and cond in (b"", opt):
+            cond = opt
+        elif opt == b"get":
+            want_get = True
+        elif opt == b"keepttl" and not unit:
+            keep_ttl = True
+        elif opt in (b"ex", b"px", b"exat", b"pxat") and not keep_ttl and unit in (b"", opt) and i + 1 < len(argv):
+            unit = opt
+            i += 1
+            raw_expire = bytes(argv[i])
+        else:
+            raise CommandError(errors.SYNTAX)
+        i += 1
+    expire_at = _expire_at(c, unit, raw_expire, "set") if unit else 0
+    ks = c.keyspace
+    entry = ks.lookup(key)
+    if keep_ttl and entry is not None:
+        expire_at = entry.expire_at
+    if (cond == b"nx" and entry is not None) or (cond == b"xx" and entry is None):
+        if want_get:
+            return _reply_value(c, ks.get(key))
+        c.reply.null()
+        return None
+    old = ks.get(key) if want_get else None
+    ks.set(key, value, expire_at)
+    if want_get:
+        return _reply_value(c, old)
+    c.reply.ok()
+    return None
+
+
+@command(
+    "setnx",
+    3,
+    f"{WRITE} {DENYOOM} {FAST}",
+    (1, 1, 1),
+    group=G,
+    summary="Set the string value of a key only when the key doesn't exist.",
+    usage="key value",
+)
+def setnx(c: Client, argv: list[Any]) -> None:
+    key = bytes(argv[1])
+    if c.keyspace.lookup(key) is not None:
+        c.reply.integer(0)
+        return
+    c.keyspace.set(key, argv[2])
+    c.reply.integer(1)
+
+
+def _setex(c: Client, argv: list[Any], unit: bytes, name: str) -> None:
+    expire_at = _expire_at(c, unit, bytes(argv[2]), name)
+    c.keyspace.set(bytes(argv[1]), argv[3], expire_at)
+    c.reply.ok()
+
+
+@command(
+    "setex",
+    4,
+    f"{WRITE} {DENYOOM}",
+    (1, 1, 1),
+    group=G,
+    since="2.0.0",
+    summary="Sets the string value and expiration time of a key.",
+    usage="key seconds value",
+)
+def setex(c: Client, argv: list[Any]) -> None:
+    _setex(c, argv, b"ex", "setex")
+
+
+@command(
+    "psetex",
+    4,
+    f"{WRITE} {DENYOOM}",
+    (1, 1, 1),
+    group=G,
+    since="2.6.0",
+    summary="Sets both string value and expiration time in milliseconds of a key.",
+    usage="key milliseconds value",
+)
+def psetex(c: Client, argv: list[Any]) -> None:
+    _setex(c, argv, b"px", "psetex")
+
+
+@command(
+    "getset",
+    3,
+    f"{WRITE} {DENYOOM} {FAST}",
+    (1, 1, 1),
+    group=G,
+    summary="Returns the previous string value of a key after setting it to a new value.",
+    usage="key value",
+)
+def getset(c: Client, argv: list[Any]) -> Any:
+    key = bytes(argv[1])
+    old = c.keyspace.get(key)
+    c.keyspace.set(key, argv[2])
+    return _reply_value(c, old)
+
+
+@command(
+    "getdel",
+    2,
+    f"{WRITE} {FAST}",
+    (1, 1, 1),
+    group=G,
+    since="6.2.0",
+    summary="Returns the string value of a key after deleting the key.",
+    usage="key",
+)
+def getdel(c: Client, argv: list[Any]) -> Any:
+    key = bytes(argv[1])
+    value = c.keyspace.get(key)
+    if value is not None:
+        c.keyspace.delete(key)
+    return _reply_value(c, value)
+
+
+@command(
+    "getex",
+    -2,
+    f"{WRITE} {FAST}",
+    (1, 1, 1),
+    group=G,
+    since="6.2.0",
+    summary="Returns the string value of a key after setting its expiration time.",
+    usage="key [EX seconds | PX milliseconds | EXAT unix-time-seconds | PXAT unix-time-milliseconds | PERSIST]",
+)
+def getex(c: Client, argv: list[Any]) -> Any:
+    key = bytes(argv[1])
+    unit = b""
+    raw = b""
+    persist = False
+    i = 2
+    while i < len(argv):
+        opt = lower(argv[i])
+        if opt in (b"ex", b"px", b"exat", b"pxat") and not unit and not persist and i + 1 < len(argv):
+            unit = opt
+            i += 1
+            raw = bytes(argv[i])
+        elif opt == b"persist" and not unit:
+            persist = True
+        else:
+            raise CommandError(errors.SYNTAX)
+        i += 1
+    expire_at = _expire_at(c, unit, raw, "getex") if unit else 0
+    value = c.keyspace.get(key)
+    if value is not None and (unit or persist):
+        c.keyspace.set_expire(key, expire_at)
+    return _reply_value(c, value)
+
+
+@command(
+    "mget",
+    -2,
+    f"{READONLY} {FAST}",
+    (1, -1, 1),
+    group=G,
+    summary="Atomically returns the string values of one or more keys.",
+    usage="key [key ...]",
+)
+def mget(c: Client, argv: list[Any]) -> Any:
+    values = [c.keyspace.get(bytes(k)) for k in argv[1:]]
+    if all(v is None or isinstance(v, bytes | bytearray | memoryview) for v in values):
+        c.reply.bulk_array(values)
+        return None
+
+    async def finish() -> None:
+        # Cold values are read concurrently; the reply goes out once all are here.
+        import asyncio
+
+        pending = [v if not isinstance(v, bytes | bytearray | memoryview) and v is not None else None for v in values]
+        loaded = await asyncio.gather(*(p for p in pending if p is not None))
+        it = iter(loaded)
+        c.reply.bulk_array([next(it) if p is not None else v for v, p in zip(values, pending, strict=True)])
+
+    return finish()
+
+
+@command(
+    "mset",
+    -3,
+    f"{WRITE} {DENYOOM}",
+    (1, -1, 2),
+    group=G,
+    since="1.0.1",
+    summary="Atomically creates or modifies the string values of one or more keys.",
+    usage="key value [key value ...]",
+)
+def mset(c: Client, argv: list[Any]) -> None:
+    if len(argv) % 2 == 0:
+        raise CommandError(errors.wrong_arity("mset"))
+    for i in range(1, len(argv), 2):
+        c.keyspace.set(bytes(argv[i]), argv[i + 1])
+    c.reply.ok()
+
+
+@command(
+    "msetnx",
+    -3,
+    f"{WRITE} {DENYOOM}",
+    (1, -1, 2),
+    group=G,
+    since="1.0.1",
+    summary="Atomically modifies the string values of one or more keys only when all keys don't exist.",
+    usage="key value [key value ...]",
+)
+def msetnx(c: Client, argv: list[Any]) -> None:
+    if len(argv) % 2 == 0:
+        raise CommandError(errors.wrong_arity("msetnx"))
+    keys = [bytes(argv[i]) for i in range(1, len(argv), 2)]
+    if any(c.keyspace.lookup(k) is not None for k in keys):
+        c.reply.integer(0)
+        return
+    for i, key in zip(range(2, len(argv), 2), keys, strict=True):
+        c.keyspace.set(key, argv[i])
+    c.reply.integer(1)
+
+
+@command(
+    "strlen",
+    2,
+    f"{READONLY} {FAST}",
+    (1, 1, 1),
+    group=G,
+    since="2.2.0",
+    summary="Returns the length of a string value.",
+    usage="key",
+)
+def strlen(c: Client, argv: list[Any]) -> None:
+    entry = c.keyspace.lookup(bytes(argv[1]))
+    if entry is None:
+        c.reply.integer(0)
+    elif entry.value is not None:
+        c.reply.integer(len(entry.value))
+    else:
+        c.reply.integer(entry.loc.value_len)  # known from the index: no disk read
+
+
+@command(
+    "getrange",
+    4,
+    READONLY,
+    (1, 1, 1),
+    group=G,
+    since="2.4.0",
+    complexity="O(N)",
+    summary="Returns a substring of the string stored at a key.",
+    usage="key start end",
+)
+def getrange(c: Client, argv: list[Any]) -> Any:
+    start = parse_int(argv[2])
+    end = parse_int(argv[3])
+    value = c.keyspace.get(bytes(argv[1]))
+
+    def reply(data: Any) -> None:
+        data = data if data is not None else b""
+        n = len(data)
+        s, e = start, end
+        if s < 0 and e < 0 and s > e:
+            c.reply.bulk(b"")
+            return
+        if s < 0:
+            s = max(n + s, 0)
+        if e < 0:
+            e = max(n + e, 0)
+        e = min(e, n - 1)
+        if s > e or n == 0:
+            c.reply.bulk(b"")
+            return
+        c.reply.bulk(memoryview(data)[s : e + 1])
+
+    if value is None or isinstance(value, bytes | bytearray | memoryview):
+        reply(value)
+        return None
+
+    async def finish() -> None:
+        reply(await value)
+
+    return finish()
+
+
+@command(
+    "append",
+    3,
+    f"{WRITE} {DENYOOM}",
+    (1, 1, 1),
+    group=G,
+    since="2.0.0",
+    summary="Appends a string to the value of a key. Creates the key if it doesn't exist.",
+    usage="key value",
+)
+def append(c: Client, argv: list[Any]) -> Any:
+    key = bytes(argv[1])
+    entry = c.keyspace.lookup(key)
+    current = c.keyspace.get(key)
+
+    def store(old: Any) -> None:
+        new = bytes(old or b"") + bytes(argv[2])
+        c.keyspace.set(key, new, entry.expire_at if entry is not None else 0)
+        c.reply.integer(len(new))
+
+    if current is None or isinstance(current, bytes | bytearray | memoryview):
+        store(current)
+        return None
+
+    async def finish() -> None:
+        store(await current)
+
+    return finish()
+
+
+def _incr(c: Client, key: bytes, delta: int) -> Any:
+    entry = c.keyspace.lookup(key)
+    current = c.keyspace.get(key)
+
+    def store(old: Any) -> None:
+        base = parse_int(old) if old is not None else 0
+        new = base + delta
+        if not -(2**63) <= new <= LLONG_MAX:
+            raise CommandError("ERR increment or decrement would overflow")
+        c.keyspace.set(key, b"%d" % new, entry.expire_at if entry is not None else 0)
+        c.reply.integer(new)
+
+    if current is None or isinstance(current, bytes | bytearray | memoryview):
+        store(current)
+        return None
+
+    async def finish() -> None:
+        store(await current)
+
+    return finish()
+
+
+@command(
+    "incr",
+    2,
+    f"{WRITE} {DENYOOM} {FAST}",
+    (1, 1, 1),
+    group=G,
+    summary="Increments the integer value of a key by one.",
+    usage="key",
+)
+def incr(c: Client, argv: list[Any]) -> Any:
+    return _incr(c, bytes(argv[1]), 1)
+
+
+@command(
+    "decr",
+    2,
+    f"{WRITE} {DENYOOM} {FAST}",
+    (1, 1, 1),
+    group=G,
+    summary="Decrements the integer value of a key by one.",
+    usage="key",
+)
+def decr(c: Client, argv: list[Any]) -> Any:
+    return _incr(c, bytes(argv[1]), -1)
+
+
+@command(
+    "incrby",
+    3,
+    f"{WRITE} {DENYOOM} {FAST}",
+    (1, 1, 1),
+    group=G,
+    summary="Increments the integer value of a key by a number.",
+    usage="key increment",
+)
+def incrby(c: Client, argv: list[Any]) -> Any:
+    return _incr(c, bytes(argv[1]), parse_int(argv[2]))
+
+
+@command(
+    "decrby",
+    3,
+    f"{WRITE} {DENYOOM} {FAST}",
+    (1, 1, 1),
+    group=G,
+    summary="Decrements a number from the integer value of a key.",
+    usage="key decrement",
+)
+def decrby(c: Client, argv: list[Any]) -> Any:
+    return _incr(c, bytes(argv[1]), -parse_int(argv[2]))
