@@ -1,0 +1,212 @@
+"""``kvd --config kvd.toml [--port 7000 ...]``: load settings, recover the disk tier, serve, stop cleanly.
+
+Exit codes: 0 after a clean shutdown (SIGTERM, SIGINT, SHUTDOWN); 2 for a configuration problem (a bad file,
+an unknown key, an impossible value, an unusable ``dir``, a non-loopback bind without a password under
+protected mode), always as one line naming the key; 1 when the server cannot start for another reason (the
+port is taken).
+
+Start-up order: settings -> logging -> recover the segment log (a rich progress bar, then one summary line) ->
+listen. kvd listens only after recovery, so a client never sees a half-loaded keyspace: it cannot connect
+until every acknowledged key is back (redis-py retries the refused connection; a supervisor sees the port
+open only when the data is ready).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Sequence
+
+import kvd
+from kvd import logs
+from kvd.config import ConfigError, Settings, format_size, load_settings
+from kvd.logs import setup_logging
+
+log = logging.getLogger("kvd")
+
+USAGE = """\
+usage: kvd [--config FILE] [--<setting> VALUE ...]
+
+  --config FILE   read settings from a TOML file (see the shipped kvd.toml for every key)
+  --<setting> V   override any setting, redis-server style: --port 7000 --maxmemory 4gb
+                  --bind 127.0.0.1 --requirepass s3cret --dir ./data --appendfsync always
+  --version       print the version and exit
+  --help          print this help and exit
+"""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if "--help" in args or "-h" in args:
+        print(USAGE, end="")
+        return 0
+    if "--version" in args or "-v" in args:
+        print(f"kvd {kvd.__version__}")
+        return 0
+    config_path: str | None = None
+    if "--config" in args:
+        i = args.index("--config")
+        if i + 1 >= len(args):
+            print("kvd: --config needs a file name", file=sys.stderr)
+            return 2
+        config_path = args[i + 1]
+        del args[i : i + 2]
+    elif args and not args[0].startswith("--"):  # `kvd kvd.toml`, like `redis-server redis.conf`
+        config_path = args.pop(0)
+    try:
+        settings = load_settings(config_path, args)
+        check_startup(settings)
+    except ConfigError as exc:
+        print(f"kvd: {exc}", file=sys.stderr)
+        return 2
+    setup_logging(settings.loglevel, settings.logfile)
+    try:
+        return _run(settings)
+    except KeyboardInterrupt:
+        return 0
+
+
+def check_startup(s: Settings) -> None:
+    """Refuse what Redis's protected mode would refuse, before anything is opened."""
+    from kvd.server import is_loopback_address
+
+    if s.protected_mode and not s.requirepass:
+        exposed = [a for a in s.bind if not is_loopback_address(a)]
+        if exposed:
+            raise ConfigError(
+                f"bind: refusing to listen on {' '.join(exposed)} without requirepass while protected-mode is on "
+                "(set requirepass, or protected-mode no if every host that can reach it is trusted)"
+            )
+
+
+def _run(settings: Settings) -> int:
+    try:
+        import uvloop  # measured faster for small requests; see docs/benchmarks.md
+    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
+        uvloop = None
+    if uvloop is not None and os.environ.get("KVD_EVENT_LOOP", "uvloop") == "uvloop":
+        runner = uvloop.run
+    else:
+        runner = asyncio.run
+    return runner(_serve(settings))
+
+
+async def _serve(settings: Settings) -> int:
+    from kvd.server import Server
+    from kvd.store.keyspace import Keyspace, now_ms
+
+    seg_log = None
+    report = None
+    started = time.monotonic()
+    if settings.persistence:
+        from kvd.persist import PersistError, SegmentLog
+
+        try:
+            seg_log = SegmentLog(
+                settings.dir,
+                segment_size=settings.segment_size,
+                appendfsync=settings.appendfsync,
+                max_disk=settings.max_disk,
+                compaction_dead_ratio=settings.compaction_dead_ratio,
+                logger=logging.getLogger("kvd.persist"),
+            )
+            recovered, report = await asyncio.to_thread(_recover_with_progress, seg_log, now_ms())
+        except PersistError as exc:
+            print(f"kvd: dir: {exc}", file=sys.stderr)
+            return 2
+    keyspace = Keyspace(maxmemory=settings.maxmemory, policy=settings.maxmemory_policy, seg_log=seg_log)
+    if seg_log is not None:
+        keyspace.restore(recovered)
+        seg_log.start(asyncio.get_running_loop(), keyspace)
+    server = Server(settings, keyspace, report)
+    try:
+        await server.start()
+    except OSError as exc:
+        log.error("cannot listen on %s port %d: %s", " ".join(settings.bind), settings.port, exc.strerror or exc)
+        if seg_log is not None:
+            await seg_log.close()
+        return 1
+    _banner(settings, server, len(keyspace), time.monotonic() - started)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, server.request_shutdown, signal.Signals(sig).name)
+    await server.serve_until_stopped()
+    return 0
+
+
+def _recover_with_progress(seg_log: object, now: int) -> tuple[dict, object]:
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
+    progress = Progress(
+        TextColumn("[bold]recovering segments"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+        console=logs.console,
+        transient=True,
+    )
+    with progress:
+        task = progress.add_task("recover", total=None)
+
+        def update(done: int, total: int) -> None:
+            progress.update(task, completed=done, total=total)
+
+        recovered, report = seg_log.recover(now, update)  # type: ignore[attr-defined]
+    log.info(
+        "recovered %d keys, %s in %.2f s (%s segments, %d hint files used); skipped %d corrupt records, "
+        "truncated %d torn bytes",
+        report.keys,
+        format_size(report.bytes),
+        report.seconds,
+        report.segments,
+        report.hint_files_used,
+        report.skipped_records,
+        report.truncated_bytes,
+    )
+    for warning in report.warnings:
+        log.warning("%s", warning)
+    return recovered, report
+
+
+def _banner(settings: Settings, server: object, keys: int, seconds: float) -> None:
+    from rich.panel import Panel
+    from rich.table import Table
+
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold cyan")
+    table.add_column()
+    table.add_row("version", kvd.__version__)
+    table.add_row("config", settings.config_file or "(defaults)")
+    address = " ".join(f"{a}:{server.bound_port}" for a in settings.bind)  # type: ignore[attr-defined]
+    if settings.tls_port:
+        address += f"  tls:{settings.tls_port}"
+    table.add_row("listening", address)
+    table.add_row("memory", f"{format_size(settings.maxmemory) if settings.maxmemory else 'unlimited'} RAM tier")
+    if settings.persistence:
+        disk = format_size(settings.max_disk) if settings.max_disk else "unlimited"
+        table.add_row("tiers", f"ram -> disk ({settings.dir}, {disk}, appendfsync {settings.appendfsync})")
+    else:
+        table.add_row("tiers", "ram only (persistence off)")
+    table.add_row("auth", "requirepass set" if settings.requirepass else "none (loopback only)")
+    table.add_row("pid", str(os.getpid()))
+    table.add_row("ready", f"{keys} keys in {seconds:.2f} s, loop {server.loop_name}")  # type: ignore[attr-defined]
+    logs.console.print(Panel(table, title="[bold]kvd[/] - KV-cache server", expand=False))
+    log.info("ready to accept connections on port %d", server.bound_port)  # type: ignore[attr-defined]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

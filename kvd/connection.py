@@ -1,0 +1,398 @@
+"""One protocol object per client connection: receive, execute in order, reply, with explicit flow control.
+
+The life of a request, in this file:
+
+1. ``get_buffer``/``buffer_updated`` (asyncio ``BufferedProtocol``): the event loop ``recv_into``s memory the
+   parser hands out, so a 32 MiB SET value lands in its final bytearray (``kvd/protocol/parser.py``).
+2. ``_run``: complete commands are executed strictly in order. A handler writes its reply into ``_out`` (a list
+   of buffers) and returns None, or returns an awaitable when it needs the disk. Then the pipeline of this
+   client is suspended (reading paused) until it completes; other clients carry on.
+3. ``_end_batch``: once the received bytes are used up, replies go out in one go. If the batch wrote to the
+   segment log, replies are held until the log's barrier says the records are written (``everysec``/``no``)
+   or fsynced (``always``), so an acknowledged write survives ``kill -9``. All clients' writes in one loop
+   iteration share one ``writev``: group commit. If the write failed, the write replies of that batch become
+   ``-MISCONF`` errors.
+4. ``_flush``: small replies are joined into one ``bytes``; large values go to the transport as the stored
+   object's ``memoryview``, never joined into a new buffer.
+
+Flow control (what uvicorn's protocols do): reading pauses while a command awaits the disk, while held replies
+wait for the log, and while the transport's write buffer is above ``client-output-buffer-soft-limit``
+(``pause_writing``). A client whose pending output passes the hard limit is disconnected. So a client that
+sends but never reads can grow kvd's memory by at most one batch of replies beyond the soft limit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import socket
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from kvd.commands import COMMANDS
+from kvd.commands.registry import NOAUTH
+from kvd.protocol import errors
+from kvd.protocol.errors import CommandError, DropConnection, ProtocolError
+from kvd.protocol.parser import RequestParser
+from kvd.protocol.reply import Buffer, ReplyWriter
+from kvd.store.keyspace import OutOfMemory
+
+if TYPE_CHECKING:
+    from kvd.server import Server
+
+log = logging.getLogger("kvd.client")
+
+_SECURITY_ATTACK = (b"post", b"host:")
+
+
+class Client(asyncio.BufferedProtocol):
+    """A connected client: its protocol state, auth state, name and reply stream."""
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.keyspace = server.keyspace
+        self.id = server.next_client_id()
+        self._out: list[Buffer] = []
+        self.reply = ReplyWriter(self._out, 2)
+        settings = server.settings
+        self.authenticated = not settings.requirepass
+        self.parser = RequestParser(
+            max_bulk=settings.proto_max_bulk_len,
+            query_limit=settings.client_query_buffer_limit,
+            authenticated=self.authenticated,
+        )
+        self.name = b""
+        self.lib_name = b""
+        self.lib_ver = b""
+        self.addr = "?"
+        self.laddr = "?"
+        self.created = time.monotonic()
+        self.last_active = self.created
+        self.last_command = "NULL"
+        self.close_after_reply = False
+        self.transport: asyncio.Transport | None = None
+        self._parsed: list[list[Any]] = []
+        self._queue: deque[list[Any]] = deque()
+        self._busy = False  # a command or the log barrier is being awaited
+        self._write_paused = False  # the transport asked us to stop producing
+        self._reading = True
+        self._eof = False
+        self._closed = False
+        self._protocol_error: ProtocolError | None = None
+        self._task: asyncio.Future[None] | None = None  # the awaited command or barrier, kept referenced
+        self._log_dirty = False  # this batch appended to the segment log
+        self._write_spans: list[tuple[int, int]] = []  # reply ranges of write commands in _out
+
+    # -- asyncio protocol callbacks ----------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        local = transport.get_extra_info("sockname")
+        self.addr = _format_addr(peer)
+        self.laddr = _format_addr(local)
+        settings = self.server.settings
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            _set_keepalive(sock, settings.tcp_keepalive)
+        soft = settings.client_output_buffer_soft_limit
+        if soft:
+            transport.set_write_buffer_limits(high=soft, low=soft // 2)
+        if not self.server.register(self):
+            self._reject(errors.MAX_CLIENTS)
+            return
+        if settings.protected_mode and not settings.requirepass and not _is_loopback(peer):
+            self.server.stats.rejected_connections += 1
+            self._reject(errors.DENIED)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed = True
+        self.server.unregister(self)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.parser.get_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.last_active = time.monotonic()
+        self.server.stats.net_input_bytes += nbytes
+        parsed = self._parsed
+        try:
+            self.parser.feed(nbytes, parsed)
+        except ProtocolError as exc:
+            self._protocol_error = exc
+            self._set_reading(False)
+        except DropConnection as exc:
+            log.warning("closing client %s (id=%d): %s", self.addr, self.id, exc)
+            self._queue.clear()
+            self.kill()
+            return
+        if parsed:
+            self._queue.extend(parsed)
+            parsed.clear()
+        if not self._busy:
+            self._run()
+
+    def eof_received(self) -> bool:
+        # Keep the transport open for replies to commands already received; close when they are sent.
+        self._eof = True
+        if not self._busy:
+            self._close_after_flush()
+        return True
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+        self._set_reading(False)
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        self._update_reading()
+
+    # -- executing ---------------------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        queue = self._queue
+        while queue and not self._closed:
+            argv = queue.popleft()
+            result = self._execute(argv)
+            if self.close_after_reply:
+                queue.clear()  # Redis runs nothing after QUIT, even if it was pipelined
+                break
+            if result is not None:
+                self._busy = True
+                self._set_reading(False)
+                self._task = asyncio.ensure_future(self._resume_after(result))
+                return
+        self._end_batch()
+
+    def _execute(self, argv: list[Any]) -> Any:
+        name = bytes(argv[0]).lower()
+        cmd = COMMANDS.get(name)
+        stats = self.server.stats
+        stats.commands_processed += 1
+        reply = self.reply
+        if cmd is None:
+            if name in _SECURITY_ATTACK:
+                log.warning("possible SECURITY ATTACK detected from %s: %r as a command; closing", self.addr, name)
+                self._queue.clear()
+                self.kill()
+                return None
+            stats.unknown_commands += 1
+            reply.error(errors.unknown_command(bytes(argv[0]), argv[1:]))
+            return None
+        self.last_command = cmd.name
+        if not self.authenticated and NOAUTH not in cmd.flags:
+            reply.error(errors.NOAUTH)
+            return None
+        arity = cmd.arity
+        if (arity > 0 and len(argv) != arity) or len(argv) < -arity:
+            reply.error(errors.wrong_arity(cmd.name))
+            return None
+        seg_log = self.keyspace.log
+        if cmd.is_write and seg_log is not None:
+            refused = seg_log.misconf()
+            if refused:
+                reply.error(refused)
+                return None
+            start = len(self._out)
+        try:
+            result = cmd.handler(self, argv)
+        except CommandError as exc:
+            reply.error(exc.message)
+            result = None
+        except OutOfMemory:
+            reply.error(errors.OOM)
+            result = None
+        except Exception as exc:  # a bug must cost one reply, not the connection or the server
+            log.exception("internal error in %s", cmd.name)
+            reply.error(f"ERR internal error in '{cmd.name}': {type(exc).__name__}")
+            result = None
+        if cmd.is_write and seg_log is not None:
+            self._log_dirty = True
+            if result is None:
+                self._write_spans.append((start, len(self._out)))
+        stats.count_command(cmd.name)
+        return result
+
+    async def _resume_after(self, pending: Any) -> None:
+        try:
+            await pending
+        except CommandError as exc:
+            self.reply.error(exc.message)
+        except OutOfMemory:
+            self.reply.error(errors.OOM)
+        except Exception as exc:
+            log.exception("internal error in %s", self.last_command)
+            self.reply.error(f"ERR internal error in '{self.last_command}': {type(exc).__name__}")
+        self._busy = False
+        if not self._closed:
+            self._run()
+
+    def _end_batch(self) -> None:
+        if self._log_dirty:
+            self._log_dirty = False
+            barrier = self.keyspace.log.barrier() if self.keyspace.log is not None else None
+            if barrier is not None:
+                self._busy = True
+                self._set_reading(False)
+                self._task = asyncio.ensure_future(self._release_after(barrier))
+                return
+        self._write_spans.clear()
+        self._finish_batch()
+
+    async def _release_after(self, barrier: asyncio.Future[None]) -> None:
+        """Hold this batch's replies until the log has the writes; on failure they become MISCONF errors."""
+        try:
+            await barrier
+        except Exception as exc:
+            message = getattr(exc, "message", None) or str(exc)
+            out = self._out
+            for start, end in reversed(self._write_spans):
+                out[start:end] = [b"-" + errors.scrub(message).encode() + b"\r\n"]
+        self._write_spans.clear()
+        self._busy = False
+        if self._closed:
+            return
+        self._finish_batch()
+        if self._queue and not self._busy:
+            self._run()
+
+    def _finish_batch(self) -> None:
+        self._flush()
+        if self._protocol_error is not None:
+            error, self._protocol_error = self._protocol_error, None
+            log.info("protocol error from client %s (id=%d): %s", self.addr, self.id, error.message)
+            self.reply.error(error.message)
+            self._flush()
+            self.close_after_reply = True
+        if self.close_after_reply or self._eof:
+            self._close_after_flush()
+        else:
+            self._update_reading()
+
+    def _flush(self) -> None:
+        out = self._out
+        if not out or self._closed or self.transport is None:
+            out.clear()
+            return
+        transport = self.transport
+        small: list[Buffer] = []
+        sent = 0
+        for part in out:
+            if type(part) is memoryview:  # a large stored value: hand the object itself to the transport
+                if small:
+                    transport.write(b"".join(small))
+                    small.clear()
+                transport.write(part)
+                sent += len(part)
+            else:
+                small.append(part)
+                sent += len(part)
+        if small:
+            transport.write(small[0] if len(small) == 1 else b"".join(small))
+        out.clear()
+        self.server.stats.net_output_bytes += sent
+        hard = self.server.settings.client_output_buffer_hard_limit
+        if hard and transport.get_write_buffer_size() > hard:
+            log.warning(
+                "closing client %s (id=%d): output buffer %d bytes is over client-output-buffer-hard-limit",
+                self.addr,
+                self.id,
+                transport.get_write_buffer_size(),
+            )
+            self.server.stats.output_limit_disconnections += 1
+            self.kill()
+
+    # -- state used by commands --------------------------------------------------------------------------------
+
+    def set_authenticated(self, value: bool) -> None:
+        self.authenticated = value
+        self.parser.authenticated = value
+
+    def kill(self) -> None:
+        if self.transport is not None and not self._closed:
+            self._closed = True
+            self.transport.abort()
+
+    def describe(self) -> str:
+        now = time.monotonic()
+        out_size = self.transport.get_write_buffer_size() if self.transport and not self._closed else 0
+        return (
+            f"id={self.id} addr={self.addr} laddr={self.laddr} fd=-1 name={self.name.decode(errors='replace')} "
+            f"age={int(now - self.created)} idle={int(now - self.last_active)} flags=N db=0 sub=0 psub=0 ssub=0 "
+            f"multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs={len(self.parser._buf)} rbp=0 obl=0 oll=0 "
+            f"omem={out_size} tot-mem={out_size + len(self.parser._buf)} events=r cmd={self.last_command} "
+            f"user=default redir=-1 resp={self.reply.proto} lib-name={self.lib_name.decode(errors='replace')} "
+            f"lib-ver={self.lib_ver.decode(errors='replace')}"
+        )
+
+    @property
+    def busy(self) -> bool:
+        return self._busy
+
+    def close_gracefully(self) -> None:
+        """Shutdown: stop reading; close once replies in flight are sent."""
+        self._set_reading(False)
+        if not self._busy:
+            self._close_after_flush()
+        else:
+            self.close_after_reply = True
+
+    # -- internals ---------------------------------------------------------------------------------------------
+
+    def _reject(self, message: str) -> None:
+        assert self.transport is not None
+        self.transport.write(b"-" + message.encode() + b"\r\n")
+        self._closed = True
+        self.transport.close()
+
+    def _close_after_flush(self) -> None:
+        if self.transport is not None and not self._closed:
+            self._closed = True
+            self.transport.close()  # sends what is buffered, then closes
+
+    def _set_reading(self, wanted: bool) -> None:
+        if wanted == self._reading or self.transport is None or self._closed:
+            return
+        self._reading = wanted
+        if wanted:
+            self.transport.resume_reading()
+        else:
+            self.transport.pause_reading()
+
+    def _update_reading(self) -> None:
+        self._set_reading(not (self._busy or self._write_paused or self._protocol_error is not None))
+
+
+def _format_addr(addr: Any) -> str:
+    if isinstance(addr, tuple) and len(addr) >= 2:
+        host = addr[0]
+        return f"[{host}]:{addr[1]}" if ":" in host else f"{host}:{addr[1]}"
+    return str(addr) if addr else "?"
+
+
+def _is_loopback(peer: Any) -> bool:
+    if not isinstance(peer, tuple):
+        return True  # unix sockets are local by definition
+    try:
+        ip = ipaddress.ip_address(peer[0].split("%")[0])
+    except ValueError:
+        return False
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_loopback
+
+
+def _set_keepalive(sock: socket.socket, interval: int) -> None:
+    if interval <= 0:
+        return
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        if hasattr(socket, "TCP_KEEPIDLE"):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, interval)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, max(interval // 3, 1))
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3)
+    except OSError:
+        pass

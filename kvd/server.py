@@ -1,0 +1,186 @@
+"""The server: listeners, the client registry, background jobs and graceful shutdown.
+
+One process, one event loop, one keyspace. Each accepted socket gets its own ``Client`` protocol object
+(``kvd/connection.py``); there is no other per-connection state and no global. Background work is a single
+100 ms tick: the bounded TTL sweep and the idle-client timeout. The segment log runs its own writer thread.
+
+Shutdown (SIGTERM, SIGINT or SHUTDOWN): stop accepting, stop reading from every client, let replies in flight
+(including those waiting on the log) go out, close the sockets, then drain and fsync the log and exit 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import os
+import ssl
+import time
+from typing import TYPE_CHECKING, Any
+
+from kvd.config import Settings
+from kvd.connection import Client
+from kvd.stats import ServerStats, render_info
+
+if TYPE_CHECKING:
+    from kvd.persist import RecoveryReport
+    from kvd.store.keyspace import Keyspace
+
+log = logging.getLogger("kvd.server")
+
+SHUTDOWN_GRACE_SECONDS = 10.0
+
+
+class Server:
+    def __init__(self, settings: Settings, keyspace: Keyspace, recovery: RecoveryReport | None = None) -> None:
+        self.settings = settings
+        self.keyspace = keyspace
+        self.recovery = recovery
+        self.clients: dict[int, Client] = {}
+        self.stats = ServerStats()
+        self.started_at = time.time()
+        self.run_id = os.urandom(20).hex()
+        self.bound_port = settings.port
+        self.loop_name = "asyncio"
+        self._next_id = 0
+        self._listeners: list[asyncio.AbstractServer] = []
+        self._stopping = asyncio.Event()
+        self._tick: asyncio.Task[None] | None = None
+
+    # -- clients -----------------------------------------------------------------------------------------------
+
+    def next_client_id(self) -> int:
+        self._next_id += 1
+        return self._next_id
+
+    def register(self, client: Client) -> bool:
+        self.stats.connections_received += 1
+        if len(self.clients) >= self.settings.maxclients or self._stopping.is_set():
+            self.stats.rejected_connections += 1
+            return False
+        self.clients[client.id] = client
+        return True
+
+    def unregister(self, client: Client) -> None:
+        self.clients.pop(client.id, None)
+
+    # -- INFO / CONFIG -----------------------------------------------------------------------------------------
+
+    def info_text(self, sections: list[str]) -> str:
+        return render_info(self, sections)
+
+    def apply_settings(self, new: Settings) -> None:
+        """CONFIG SET: adopt run-time changes (only keys in config.RUNTIME_KEYS can differ)."""
+        old, self.settings = self.settings, new
+        ks = self.keyspace
+        ks.ram.budget = new.maxmemory
+        ks.policy = new.maxmemory_policy
+        if new.maxmemory < old.maxmemory or new.maxmemory_policy != old.maxmemory_policy:
+            ks._evict()
+        if ks.log is not None and new.appendfsync != old.appendfsync:
+            ks.log.set_appendfsync(new.appendfsync)
+        for client in self.clients.values():
+            client.parser.max_bulk = new.proto_max_bulk_len
+            client.parser.query_limit = new.client_query_buffer_limit
+        logging.getLogger("kvd").setLevel(new.loglevel.upper())
+        changed = [k for k in type(new).__dataclass_fields__ if getattr(old, k) != getattr(new, k)]
+        if changed:
+            log.info("configuration changed: %s", ", ".join(k.replace("_", "-") for k in changed))
+
+    def reset_stats(self) -> None:
+        self.stats.reset()
+        self.stats.connector.clear()
+
+    # -- lifecycle ---------------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.loop_name = type(loop).__module__.split(".")[0]
+        s = self.settings
+        addresses = list(s.bind)
+        if s.port:
+            for address in addresses:
+                server = await loop.create_server(
+                    lambda: Client(self), host=address, port=s.port, backlog=s.tcp_backlog, reuse_address=True
+                )
+                self._listeners.append(server)
+                self.bound_port = server.sockets[0].getsockname()[1]
+        if s.tls_port:
+            context = build_tls_context(s)
+            for address in addresses:
+                server = await loop.create_server(
+                    lambda: Client(self),
+                    host=address,
+                    port=s.tls_port,
+                    backlog=s.tcp_backlog,
+                    ssl=context,
+                    reuse_address=True,
+                )
+                self._listeners.append(server)
+        self._tick = asyncio.create_task(self._background())
+
+    async def serve_until_stopped(self) -> None:
+        await self._stopping.wait()
+        await self.stop()
+
+    def request_shutdown(self, reason: str) -> None:
+        if not self._stopping.is_set():
+            log.info("shutting down (%s): finishing replies in flight", reason)
+            self._stopping.set()
+
+    async def stop(self) -> None:
+        for server in self._listeners:
+            server.close()
+        if self._tick is not None:
+            self._tick.cancel()
+        for client in list(self.clients.values()):
+            client.close_gracefully()
+        deadline = time.monotonic() + SHUTDOWN_GRACE_SECONDS
+        while self.clients and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+            for client in list(self.clients.values()):
+                if not client.busy:
+                    client.close_gracefully()
+        for client in list(self.clients.values()):
+            client.kill()
+        for server in self._listeners:
+            await server.wait_closed()
+        if self.keyspace.log is not None:
+            await self.keyspace.log.close()
+        log.info("bye: %d keys, log flushed", len(self.keyspace))
+
+    async def _background(self) -> None:
+        last_idle_check = 0.0
+        while True:
+            await asyncio.sleep(0.1)
+            try:
+                self.keyspace.expire_cycle()
+                now = time.monotonic()
+                if self.settings.timeout and now - last_idle_check >= 1.0:
+                    last_idle_check = now
+                    for client in list(self.clients.values()):
+                        if not client.busy and now - client.last_active > self.settings.timeout:
+                            log.debug("closing idle client %s (id=%d)", client.addr, client.id)
+                            client.kill()
+            except Exception:  # the tick must never die
+                log.exception("background tick failed")
+
+
+def is_loopback_address(address: str) -> bool:
+    if address in ("localhost",):
+        return True
+    try:
+        return ipaddress.ip_address(address.lstrip("-").split("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def build_tls_context(s: Settings) -> ssl.SSLContext:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(s.tls_cert_file, s.tls_key_file)
+    if s.tls_ca_cert_file:
+        context.load_verify_locations(s.tls_ca_cert_file)
+    mode: dict[str, Any] = {"yes": ssl.CERT_REQUIRED, "optional": ssl.CERT_OPTIONAL, "no": ssl.CERT_NONE}
+    context.verify_mode = mode[s.tls_auth_clients]
+    return context
