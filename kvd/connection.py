@@ -88,8 +88,7 @@ class Client(asyncio.BufferedProtocol):
     # -- asyncio protocol callbacks ----------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = transport  # type: ignore[assignment]  (uvloop's transports are not asyncio subclasses)
         peer = transport.get_extra_info("peername")
         local = transport.get_extra_info("sockname")
         self.addr = _format_addr(peer)

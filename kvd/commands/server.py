@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from kvd.config import ConfigError, settings_items
 from kvd.protocol import errors
 from kvd.protocol.errors import CommandError
-from kvd.protocol.reply import Pairs
+from kvd.protocol.reply import Pairs, Status
 from kvd.store.glob import glob_match
 
 from .args import lower, text
@@ -343,7 +343,7 @@ def _arg_pairs(arg: dict[str, Any]) -> Pairs:
     if "token" in arg:
         pairs.append(("token", arg["token"]))
     if arg.get("flags"):
-        pairs.append(("flags", [f for f in arg["flags"]]))
+        pairs.append(("flags", [Status(f) for f in arg["flags"]]))
     if "arguments" in arg:
         pairs.append(("arguments", [_arg_pairs(a) for a in arg["arguments"]]))
     return Pairs(pairs)

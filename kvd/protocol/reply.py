@@ -142,6 +142,8 @@ class ReplyWriter:
             self.bulk(value)
         elif value is None:
             self.null()
+        elif isinstance(value, Status):
+            self.simple(value.text)
         elif isinstance(value, Pairs):
             self.str_map(value.items)
         elif isinstance(value, float):
@@ -151,6 +153,15 @@ class ReplyWriter:
             self.array(len(items))
             for item in items:
                 self.value(item)
+
+
+class Status:
+    """A simple-string (``+text``) value inside a nested reply; redis-cli requires these for doc flags."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
 
 
 class Pairs:

@@ -1,0 +1,120 @@
+"""Connection commands, AUTH and protected mode, INFO and CONFIG, against a real kvd."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+
+import pytest
+import redis
+
+
+def test_ping_echo_select(server):
+    r = server.client()
+    assert r.ping() is True
+    assert r.echo("hi") == b"hi"
+    assert r.execute_command("SELECT", "0") is True
+    with pytest.raises(redis.ResponseError, match="^DB index is out of range$"):
+        r.execute_command("SELECT", "1")
+    with pytest.raises(redis.ResponseError, match="^value is not an integer or out of range$"):
+        r.execute_command("SELECT", "x")
+
+
+def test_client_identity(server):
+    r = server.client()
+    cid = r.client_id()
+    assert isinstance(cid, int) and cid > 0
+    assert r.client_getname() is None
+    assert r.client_setname("worker-1") is True
+    assert r.client_getname() in ("worker-1", b"worker-1")
+    with pytest.raises(redis.ResponseError, match="cannot contain spaces"):
+        r.client_setname("bad name")
+    assert r.execute_command("CLIENT", "SETINFO", "LIB-NAME", "mylib") == b"OK"
+    listing = r.execute_command("CLIENT", "LIST")
+    assert b"name=worker-1" in listing and b"lib-name=mylib" in listing
+    with pytest.raises(redis.ResponseError, match=r"^unknown subcommand 'NOPE'. Try CLIENT HELP.$"):
+        r.execute_command("CLIENT", "NOPE")
+
+
+def test_unknown_command_keeps_connection(server):
+    r = server.client()
+    with pytest.raises(redis.ResponseError, match="^unknown command 'NOSUCH', with args beginning with: 'a' 'b' $"):
+        r.execute_command("NOSUCH", "a", "b")
+    assert r.ping() is True
+
+
+def test_requirepass_gates_everything_but_auth(server_factory):
+    srv = server_factory("--requirepass", "s3cret")
+    anon = srv.client()
+    with pytest.raises(redis.AuthenticationError):
+        anon.get("k")
+    with pytest.raises(redis.AuthenticationError):
+        srv.client(password="wrong").ping()
+    ok = srv.client(password="s3cret")
+    assert ok.set("k", "v") is True
+    assert srv.client(username="default", password="s3cret").get("k") == b"v"
+    assert srv.client(password="s3cret", protocol=3).get("k") == b"v"  # HELLO 3 AUTH default s3cret
+
+
+def test_auth_without_password_configured(server):
+    r = server.client()
+    with pytest.raises(redis.AuthenticationError):
+        r.execute_command("AUTH", "foo")
+
+
+def test_protected_mode_refuses_public_bind_without_password(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "kvd", "--bind", "0.0.0.0", "--port", "7391", "--persistence", "no"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 2
+    assert "protected-mode" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_info_sections(server):
+    r = server.client()
+    r.set("a", "1")
+    info = r.info()
+    assert info["role"] == "master"
+    assert info["redis_version"].startswith("7")
+    assert info["db0"]["keys"] == 1
+    assert "connected_clients" in info
+    kvd = r.info("kvd")
+    assert {"ram_keys", "ram_bytes", "ram_hits", "disk_hits", "misses", "ram_evictions"} <= set(kvd)
+    assert r.info("replication")["role"] == "master"
+    r.execute_command("KVD.REPORT", "hit_tokens", "256", "load_us", "1000")
+    assert r.info("connector") == {"connector_hit_tokens": 256, "connector_load_us": 1000}
+
+
+def test_config_get_set(server):
+    r = server.client()
+    assert r.config_get("maxmemory-policy") == {"maxmemory-policy": "allkeys-lru"}
+    got = r.config_get("max*")
+    assert "maxmemory" in got and "maxclients" in got
+    assert r.config_get("appendonly")["appendonly"] in ("yes", "no")
+    with pytest.raises(redis.ResponseError):
+        r.config_set("no-such-setting", "1")
+    with pytest.raises(redis.ResponseError):
+        r.config_set("port", "7000")  # not changeable at run time
+    r3 = server.client(protocol=3)
+    assert r3.config_get("maxclients") == {"maxclients": "10000"}
+
+
+def test_prefixlen(server):
+    r = server.client()
+    r.mset({"c0": "x", "c1": "x", "c3": "x"})
+    assert r.execute_command("KVD.PREFIXLEN", "c0", "c1", "c2", "c3") == 2
+    assert r.execute_command("KVD.PREFIXLEN", "zz", "c0") == 0
+    assert r.execute_command("KVD.PREFIXLEN", "c0", "c1") == 2
+
+
+def test_maxclients(server_factory):
+    srv = server_factory("--maxclients", "2")
+    a, b = srv.client(), srv.client()
+    assert a.ping() and b.ping()
+    with socket.create_connection((srv.host, srv.port), timeout=5) as s:
+        data = s.recv(100)
+    assert data == b"-ERR max number of clients reached\r\n"

@@ -1,0 +1,157 @@
+"""Generic key commands against a real kvd: existence, deletion, TTLs, SCAN's promise, KEYS globbing."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+
+import pytest
+import redis
+
+
+def test_exists_counts_duplicates_del_unlink_type(server):
+    r = server.client()
+    r.set("a", "1")
+    r.set("b", "2")
+    assert r.exists("a", "a", "b", "zz") == 3
+    assert r.type("a") == b"string"
+    assert r.type("zz") == b"none"
+    assert r.delete("a", "zz") == 1
+    assert r.unlink("b", "b") == 1
+    assert r.dbsize() == 0
+
+
+def test_expire_family_and_options(server):
+    r = server.client()
+    r.set("k", "v")
+    assert r.ttl("k") == -1
+    assert r.expire("k", 100) is True
+    assert 98 <= r.ttl("k") <= 100
+    assert r.expire("k", 50, nx=True) is False
+    assert r.expire("k", 50, xx=True) is True
+    assert r.expire("k", 10, gt=True) is False
+    assert r.expire("k", 200, gt=True) is True
+    assert r.expire("k", 300, lt=True) is False
+    assert r.pexpire("k", 5_000) is True
+    assert 4_000 < r.pttl("k") <= 5_000
+    at = int(time.time()) + 1000
+    assert r.expireat("k", at) is True
+    assert r.expiretime("k") == at
+    assert r.pexpireat("k", at * 1000) is True
+    assert r.pexpiretime("k") == at * 1000
+    assert r.persist("k") is True
+    assert r.persist("k") is False
+    assert r.ttl("k") == -1
+    assert r.expire("missing", 10) is False
+    assert r.ttl("missing") == -2
+    assert r.expire("k", -1) is True  # a past deadline deletes
+    assert r.exists("k") == 0
+    r.set("k", "v")
+    with pytest.raises(redis.ResponseError, match="^NX and XX, GT or LT options at the same time are not compatible$"):
+        r.execute_command("EXPIRE", "k", "10", "NX", "XX")
+    with pytest.raises(redis.ResponseError, match="^GT and LT options at the same time are not compatible$"):
+        r.execute_command("EXPIRE", "k", "10", "GT", "LT")
+    with pytest.raises(redis.ResponseError, match="^Unsupported option foo$"):
+        r.execute_command("EXPIRE", "k", "10", "foo")
+
+
+def test_keys_glob_rules(server):
+    r = server.client()
+    for key in ("hello", "hallo", "hxllo", "hllo", "heeeello", "h[x]llo", "a*b"):
+        r.set(key, "1")
+    assert sorted(r.keys("h?llo")) == [b"hallo", b"hello", b"hxllo"]
+    assert sorted(r.keys("h*llo")) == [b"h[x]llo", b"hallo", b"heeeello", b"hello", b"hllo", b"hxllo"]
+    assert sorted(r.keys("h[ae]llo")) == [b"hallo", b"hello"]
+    assert sorted(r.keys("h[^e]llo")) == [b"hallo", b"hxllo"]
+    assert sorted(r.keys("h[a-b]llo")) == [b"hallo"]
+    assert r.keys("a\\*b") == [b"a*b"]
+    assert r.keys("h\\[x\\]llo") == [b"h[x]llo"]
+
+
+def test_keys_pathological_pattern_is_fast(server):
+    r = server.client()
+    r.set("a" * 50_000, "1")
+    start = time.monotonic()
+    assert r.keys("*?" * 50_000) == []
+    assert time.monotonic() - start < 5
+
+
+def test_scan_basics(server):
+    r = server.client()
+    r.mset({f"key:{i}": i for i in range(1000)})
+    r.mset({f"other:{i}": i for i in range(100)})
+    seen = list(r.scan_iter(count=37))
+    assert len(seen) == 1100 and len(set(seen)) == 1100
+    assert set(r.scan_iter(match="other:*")) == {f"other:{i}".encode() for i in range(100)}
+    assert len(list(r.scan_iter(_type="string"))) == 1100
+    assert list(r.scan_iter(_type="hash")) == []
+    with pytest.raises(redis.ResponseError, match="^invalid cursor$"):
+        r.execute_command("SCAN", "abc")
+    with pytest.raises(redis.ResponseError, match="^syntax error$"):
+        r.execute_command("SCAN", "0", "COUNT", "0")
+    cursor, keys = r.scan(0, count=5000)
+    assert cursor == 0 and len(keys) == 1100
+
+
+def test_scan_promise_under_concurrent_writes(server):
+    """Every key present from start to end is returned exactly once while others write and delete."""
+    r = server.client()
+    stable = {f"stable:{i}".encode() for i in range(3000)}
+    r.mset({k: b"v" for k in stable})
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def churn() -> None:
+        w = server.client()
+        rng = random.Random(7)
+        n = 0
+        deadline = time.time() + 20
+        try:
+            while not stop.is_set() and time.time() < deadline and n < 200_000:
+                pipe = w.pipeline(transaction=False)
+                for _ in range(20):
+                    k = f"churn:{rng.randrange(5000)}"
+                    if rng.random() < 0.5:
+                        pipe.set(k, "x")
+                    else:
+                        pipe.delete(k)
+                    n += 1
+                pipe.execute()
+        except BaseException as exc:  # surfaced by the assertion below
+            errors.append(exc)
+
+    thread = threading.Thread(target=churn)
+    thread.start()
+    try:
+        returned: list[bytes] = []
+        cursor = 0
+        for _ in range(100_000):
+            cursor, keys = r.scan(cursor=cursor, count=50)
+            returned.extend(keys)
+            time.sleep(0.0005)
+            if cursor == 0:
+                break
+    finally:
+        stop.set()
+        thread.join(30)
+    assert not errors
+    stable_returned = [k for k in returned if k in stable]
+    assert set(stable_returned) == stable
+    assert len(stable_returned) == len(stable)  # no duplicates for untouched keys
+    assert all(k.startswith((b"stable:", b"churn:")) for k in returned)
+
+
+def test_randomkey_dbsize_flush(server):
+    r = server.client()
+    assert r.randomkey() is None
+    r.mset({"x": 1, "y": 2})
+    assert r.randomkey() in (b"x", b"y")
+    assert r.dbsize() == 2
+    assert r.flushdb() is True
+    assert r.dbsize() == 0
+    r.set("z", 1)
+    assert r.flushall() is True
+    assert r.dbsize() == 0
+    with pytest.raises(redis.ResponseError, match="^syntax error$"):
+        r.execute_command("FLUSHALL", "LATER")

@@ -1,0 +1,76 @@
+"""The RAM tier's byte budget and LRU order, with and without the disk tier behind it."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import redis
+
+MiB = 1 << 20
+
+
+def _info_kvd(r: redis.Redis) -> dict:
+    return r.info("kvd")
+
+
+def test_lru_eviction_without_persistence_keeps_recent_keys(server_factory):
+    srv = server_factory("--persistence", "no", "--maxmemory", "8mb")
+    r = srv.client()
+    value = os.urandom(MiB)
+    for i in range(6):
+        r.set(f"k{i}", value)
+    r.get("k0")  # k0 becomes the most recently used
+    for i in range(6, 12):
+        r.set(f"k{i}", value)
+        r.get("k0")
+    info = r.info()
+    assert info["used_memory"] <= 8 * MiB
+    assert info["evicted_keys"] > 0
+    assert r.get("k0") == value  # read all along: never the LRU victim
+    assert r.get("k1") is None  # untouched since early on: evicted
+    assert r.get("k11") == value  # the newest survives
+
+
+def test_eviction_with_persistence_loses_nothing(server_factory):
+    srv = server_factory("--persistence", "yes", "--maxmemory", "8mb")
+    r = srv.client()
+    values = {f"k{i}": os.urandom(MiB) for i in range(24)}
+    for key, value in values.items():
+        r.set(key, value)
+    info = _info_kvd(r)
+    assert info["ram_evictions"] > 0
+    assert info["disk_only_keys"] > 0
+    assert r.info()["used_memory"] <= 8 * MiB
+    for key, value in values.items():  # cold ones come back from disk, byte-identical
+        assert r.get(key) == value
+    assert _info_kvd(r)["disk_hits"] > 0
+    assert r.mget(list(values)) == list(values.values())
+    assert r.dbsize() == 24
+
+
+def test_noeviction_policy_refuses_writes_with_oom(server_factory):
+    srv = server_factory("--persistence", "no", "--maxmemory", "4mb", "--maxmemory-policy", "noeviction")
+    r = srv.client()
+    value = os.urandom(MiB)
+    stored = 0
+    with pytest.raises(redis.exceptions.OutOfMemoryError):
+        for i in range(10):
+            r.set(f"k{i}", value)
+            stored += 1
+    assert 1 <= stored < 10
+    assert r.get("k0") == value  # nothing was evicted
+    assert r.dbsize() == stored
+
+
+def test_config_set_maxmemory_shrinks_now(server_factory):
+    srv = server_factory("--persistence", "no", "--maxmemory", "64mb")
+    r = srv.client()
+    value = os.urandom(MiB)
+    for i in range(20):
+        r.set(f"k{i}", value)
+    assert r.dbsize() == 20
+    assert r.config_set("maxmemory", "5mb") is True
+    assert r.config_get("maxmemory") == {"maxmemory": str(5 * MiB)}
+    assert r.info()["used_memory"] <= 5 * MiB
+    assert r.dbsize() < 20

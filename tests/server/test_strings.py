@@ -1,0 +1,156 @@
+"""String commands against a real kvd process: every SET option, the GET family, ranges and counters."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import redis
+
+
+def test_set_get_roundtrip_binary(server):
+    r = server.client()
+    value = bytes(range(256)) * 64
+    assert r.set(b"bin\x00key", value) is True
+    assert r.get(b"bin\x00key") == value
+    assert r.get("missing") is None
+
+
+def test_set_nx_xx(server):
+    r = server.client()
+    assert r.set("k", "1", nx=True) is True
+    assert r.set("k", "2", nx=True) is None
+    assert r.get("k") == b"1"
+    assert r.set("k", "3", xx=True) is True
+    assert r.set("absent", "x", xx=True) is None
+    assert r.exists("absent") == 0
+    with pytest.raises(redis.ResponseError, match="^syntax error$"):
+        r.execute_command("SET", "k", "v", "NX", "XX")
+
+
+def test_set_get_option_returns_old_value(server):
+    r = server.client()
+    assert r.set("k", "old") is True
+    assert r.set("k", "new", get=True) == b"old"
+    assert r.set("fresh", "v", get=True) is None
+    assert r.get("fresh") == b"v"
+    # NX + GET (Redis 7): not set, returns the current value
+    assert r.set("k", "other", nx=True, get=True) == b"new"
+    assert r.get("k") == b"new"
+
+
+def test_set_expire_options(server):
+    r = server.client()
+    r.set("ex", "v", ex=100)
+    assert 98 <= r.ttl("ex") <= 100
+    r.set("px", "v", px=100_000)
+    assert 98_000 <= r.pttl("px") <= 100_000
+    r.set("exat", "v", exat=int(time.time()) + 50)
+    assert 48 <= r.ttl("exat") <= 50
+    r.set("pxat", "v", pxat=int(time.time() * 1000) + 50_000)
+    assert 48 <= r.ttl("pxat") <= 50
+    r.set("keep", "v", ex=100)
+    r.set("keep", "v2", keepttl=True)
+    assert r.ttl("keep") > 90
+    r.set("keep", "v3")  # a plain SET clears the TTL
+    assert r.ttl("keep") == -1
+    for bad in ("0", "-5"):
+        with pytest.raises(redis.ResponseError, match="^invalid expire time in 'set' command$"):
+            r.execute_command("SET", "k", "v", "EX", bad)
+    with pytest.raises(redis.ResponseError, match="^value is not an integer or out of range$"):
+        r.execute_command("SET", "k", "v", "EX", "ten")
+    with pytest.raises(redis.ResponseError, match="^syntax error$"):
+        r.execute_command("SET", "k", "v", "EX", "10", "PX", "100")
+    with pytest.raises(redis.ResponseError, match="^syntax error$"):
+        r.execute_command("SET", "k", "v", "KEEPTTL", "EX", "10")
+    with pytest.raises(redis.ResponseError, match="^syntax error$"):
+        r.execute_command("SET", "k", "v", "EX")
+
+
+def test_ttl_expiry_is_never_served(server):
+    r = server.client()
+    r.set("short", "v", px=50)
+    r.set("long", "v", ex=100)
+    time.sleep(0.12)
+    assert r.get("short") is None
+    assert r.exists("short") == 0
+    assert r.ttl("short") == -2
+    assert r.get("long") == b"v"
+
+
+def test_active_expiry_removes_unread_keys(server):
+    r = server.client()
+    for i in range(200):
+        r.set(f"t{i}", "v", px=30)
+    r.set("stay", "v")
+    deadline = time.time() + 5
+    while r.dbsize() > 1 and time.time() < deadline:
+        time.sleep(0.05)
+    assert r.dbsize() == 1  # the background sweep deleted keys nobody read
+
+
+def test_mget_mset_msetnx(server):
+    r = server.client()
+    assert r.mset({"a": "1", "b": "2"}) is True
+    assert r.mget("a", "nope", "b") == [b"1", None, b"2"]
+    assert r.msetnx({"c": "3", "a": "x"}) is False
+    assert r.get("c") is None
+    assert r.msetnx({"c": "3", "d": "4"}) is True
+    with pytest.raises(redis.ResponseError, match="^wrong number of arguments for 'mset' command$"):
+        r.execute_command("MSET", "a", "1", "b")
+
+
+def test_setnx_setex_getset_getdel_getex(server):
+    r = server.client()
+    assert r.setnx("n", "1") is True
+    assert r.setnx("n", "2") is False
+    assert r.setex("sx", 100, "v") is True
+    assert 98 <= r.ttl("sx") <= 100
+    assert r.psetex("psx", 100_000, "v") is True
+    assert r.getset("n", "9") == b"1"
+    assert r.getdel("n") == b"9"
+    assert r.exists("n") == 0
+    assert r.getdel("n") is None
+    r.set("gx", "v")
+    assert r.getex("gx", ex=100) == b"v"
+    assert r.ttl("gx") > 90
+    assert r.getex("gx", persist=True) == b"v"
+    assert r.ttl("gx") == -1
+
+
+def test_strlen_getrange(server):
+    r = server.client()
+    r.set("s", "This is a string")
+    assert r.strlen("s") == 16
+    assert r.strlen("nothing") == 0
+    assert r.getrange("s", 0, 3) == b"This"
+    assert r.getrange("s", -3, -1) == b"ing"
+    assert r.getrange("s", 0, -1) == b"This is a string"
+    assert r.getrange("s", 10, 100) == b"string"
+    assert r.getrange("s", 5, 3) == b""
+    assert r.getrange("s", -1, -5) == b""
+    assert r.getrange("nothing", 0, 10) == b""
+
+
+def test_counters_and_append(server):
+    r = server.client()
+    assert r.incr("c") == 1
+    assert r.incrby("c", 10) == 11
+    assert r.decr("c") == 10
+    assert r.decrby("c", 20) == -10
+    r.set("text", "abc")
+    with pytest.raises(redis.ResponseError, match="^value is not an integer or out of range$"):
+        r.incr("text")
+    assert r.append("text", "def") == 6
+    assert r.get("text") == b"abcdef"
+    assert r.append("newtext", "x") == 1
+
+
+def test_large_values_round_trip_and_getrange_view(server):
+    r = server.client()
+    value = bytes(range(256)) * (4 * 4096)  # 4 MiB
+    r.set("big", value)
+    assert r.get("big") == value
+    assert r.strlen("big") == len(value)
+    assert r.getrange("big", 100_000, 100_009) == value[100_000:100_010]
+    assert r.mget("big", "big") == [value, value]
