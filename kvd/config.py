@@ -362,7 +362,7 @@ def render_toml() -> str:
     for spec in SPECS:
         if spec.section != section:
             section = spec.section
-            lines += [f"# --- {section} ---", ""] if not lines[-1] == "" else [f"# --- {section} ---"]
+            lines += [f"# --- {section} ---", ""] if lines[-1] != "" else [f"# --- {section} ---"]
         lines.append(f"# {spec.help}")
         lines.append(f"{spec.name} = {_toml_value(spec)}")
         lines.append("")

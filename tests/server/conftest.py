@@ -44,7 +44,8 @@ class Kvd:
         ]
         if "--persistence" not in self.args:
             cmd += ["--persistence", "no"]
-        self.proc = subprocess.Popen(cmd + self.args, stdout=subprocess.DEVNULL, stderr=open(self.log, "ab"))
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(cmd + self.args, stdout=subprocess.DEVNULL, stderr=log)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
