@@ -85,6 +85,9 @@ def check_startup(s: Settings) -> None:
 
 
 def _run(settings: Settings) -> int:
+    from kvd.memory import tune_allocator
+
+    tune_allocator()
     try:
         import uvloop  # measured faster for small requests; see docs/benchmarks.md
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
