@@ -7,11 +7,13 @@ closed for cause); per-request logging would cost more than the request.
 from __future__ import annotations
 
 import logging
+import sys
 
 from rich.console import Console
 from rich.logging import RichHandler
 
-console = Console(stderr=True)
+# Not a terminal (a service, a test): wide lines, so one event stays on one line.
+console = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
 
 
 def setup_logging(level: str, logfile: str = "") -> None:

@@ -133,8 +133,14 @@ class Keyspace:
         if pending is None:
             pending = asyncio.ensure_future(self._load(key, entry))
             self._loads[token] = pending
-            pending.add_done_callback(lambda _f: self._loads.pop(token, None))
+            pending.add_done_callback(lambda f: self._load_done(token, f))
         return pending
+
+    def _load_done(self, token: tuple[bytes, Any], future: asyncio.Future[Value | None]) -> None:
+        self._loads.pop(token, None)
+        if not future.cancelled() and future.exception() is not None:
+            # Prefetches have no waiter to raise into; a GET's waiter still sees the exception itself.
+            log.warning("reading key %r from disk failed: %s", token[0][:64], future.exception())
 
     async def _load(self, key: bytes, entry: Entry) -> Value | None:
         from kvd.persist import CorruptRecord
