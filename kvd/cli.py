@@ -118,6 +118,7 @@ async def _serve(settings: Settings) -> int:
                 compaction_dead_ratio=settings.compaction_dead_ratio,
                 logger=logging.getLogger("kvd.persist"),
             )
+            seg_log.open_directory()
             recovered, report = await asyncio.to_thread(_recover_with_progress, seg_log, now_ms())
         except PersistError as exc:
             print(f"kvd: dir: {exc}", file=sys.stderr)
@@ -161,6 +162,7 @@ def _recover_with_progress(seg_log: object, now: int) -> tuple[dict, object]:
         TimeRemainingColumn(),
         console=logs.console,
         transient=True,
+        disable=not logs.console.is_terminal,  # in a log file the summary line below says it all
     )
     with progress:
         task = progress.add_task("recover", total=None)

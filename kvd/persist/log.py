@@ -120,7 +120,8 @@ class SegmentLog:
     def recover(
         self, now_ms: int, progress: Callable[[int, int], None] | None = None
     ) -> tuple[dict[bytes, tuple[Location, int]], RecoveryReport]:
-        self._open_directory()
+        if self._lock_fd < 0:
+            self.open_directory()
         state = recover(self.directory, now_ms, progress)
         self._sizes = dict(state.sizes)
         self._live = dict(state.live)
@@ -137,7 +138,8 @@ class SegmentLog:
         self._written_pos = (self._segment, self._tail)
         return state.index, state.report
 
-    def _open_directory(self) -> None:
+    def open_directory(self) -> None:
+        """Create/check the directory and take its lock; PersistError (one line) if unusable or in use."""
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             probe = self.directory / ".kvd-write-test"

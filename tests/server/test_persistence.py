@@ -1,0 +1,237 @@
+"""Persistence against real kvd processes: kill -9, restarts, torn and corrupt segments, disk tier, budgets."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import redis
+
+KiB, MiB = 1 << 10, 1 << 20
+
+
+def value_for(key: str, size: int) -> bytes:
+    """Deterministic content per key, so a reader can check any value without a model."""
+    seed = hashlib.sha256(key.encode()).digest()
+    return (seed * (size // 32 + 1))[:size]
+
+
+def segments(srv) -> list[Path]:
+    return sorted((srv.dir / "data").glob("*.seg"))
+
+
+def write_load(srv, acked: dict[str, int], stop: threading.Event, sizes=(100, 4 * KiB, 64 * KiB, 700 * KiB)) -> None:
+    """SET keys until stopped or killed; record every acknowledged (key -> size)."""
+    r = srv.client(socket_timeout=10)
+    rng = random.Random(1)
+    i = 0
+    try:
+        while not stop.is_set() and i < 50_000:
+            key = f"k{i}"
+            size = rng.choice(sizes)
+            r.set(key, value_for(key, size))
+            acked[key] = size
+            i += 1
+    except (redis.ConnectionError, redis.TimeoutError, OSError):
+        pass  # the server was killed under us: everything acknowledged so far must survive
+
+
+@pytest.mark.parametrize("policy", ["always", "everysec"])
+def test_kill9_during_writes_loses_nothing_acknowledged(server_factory, policy):
+    srv = server_factory("--persistence", "yes", "--appendfsync", policy, "--segment-size", "2mb", "--maxmemory", "8mb")
+    for round_ in range(3):
+        acked: dict[str, int] = {}
+        stop = threading.Event()
+        writer = threading.Thread(target=write_load, args=(srv, acked, stop))
+        writer.start()
+        time.sleep(1.0 + round_ * 0.3)
+        srv.kill9()
+        stop.set()
+        writer.join(20)
+        srv.start()
+        r = srv.client()
+        assert acked, "the load wrote nothing"
+        for key, size in acked.items():
+            got = r.get(key)
+            assert got is not None, f"round {round_}: acknowledged {key} is missing"
+            assert got == value_for(key, size), f"round {round_}: {key} is corrupt"
+        # nothing that was never written appears: every key is one the load could have written
+        assert all(k.startswith(b"k") for k in r.scan_iter(count=1000))
+        r.flushall()
+
+
+def test_restart_keeps_values_ttls_and_deletes(server_factory):
+    srv = server_factory("--persistence", "yes")
+    r = srv.client()
+    r.set("plain", "v1")
+    r.set("gone", "x")
+    r.delete("gone")
+    r.set("ttl", "v", ex=1000)
+    r.set("short", "v", px=300)
+    r.set("persisted", "v", ex=1000)
+    r.persist("persisted")
+    r.set("big", value_for("big", 5 * MiB))
+    r.set("over", "a")
+    r.set("over", "b")
+    time.sleep(0.4)
+    srv.stop()
+    srv.start()
+    r = srv.client()
+    assert r.get("plain") == b"v1"
+    assert r.get("gone") is None
+    assert 990 <= r.ttl("ttl") <= 1000
+    assert r.get("short") is None  # expired keys are not brought back
+    assert r.ttl("persisted") == -1
+    assert r.get("big") == value_for("big", 5 * MiB)
+    assert r.get("over") == b"b"
+    assert r.info("persistence")["recovery_keys"] == 5
+
+
+def test_flushall_empties_the_disk(server_factory):
+    srv = server_factory("--persistence", "yes", "--segment-size", "1mb")
+    r = srv.client()
+    for i in range(20):
+        r.set(f"k{i}", value_for(f"k{i}", 200 * KiB))
+    assert len(segments(srv)) > 2
+    r.flushall()
+    deadline = time.time() + 5
+    while len(segments(srv)) > 1 and time.time() < deadline:
+        time.sleep(0.05)
+    assert len(segments(srv)) == 1
+    r.set("after", "1")
+    srv.stop()
+    srv.start()
+    r = srv.client()
+    assert r.dbsize() == 1 and r.get("after") == b"1"
+
+
+def test_more_data_than_ram_reads_back_from_disk_also_after_restart(server_factory):
+    srv = server_factory("--persistence", "yes", "--maxmemory", "16mb", "--segment-size", "8mb")
+    r = srv.client()
+    keys = [f"chunk:{i}" for i in range(40)]  # 40 MiB through a 16 MiB RAM tier
+    for key in keys:
+        r.set(key, value_for(key, MiB))
+    assert r.info("kvd")["disk_only_keys"] > 0
+    for key in reversed(keys):
+        assert r.get(key) == value_for(key, MiB)
+    srv.stop()
+    srv.args = [a if a != "16mb" else "4mb" for a in srv.args]  # restart with a smaller RAM tier
+    srv.start()
+    r = srv.client()
+    for key in keys:
+        assert r.get(key) == value_for(key, MiB)
+    assert r.info()["used_memory"] <= 4 * MiB
+    # one round trip says how much of a prefix is cached, and starts loading cold hits into RAM
+    assert r.execute_command("KVD.PREFIXLEN", *keys, "missing") == 40
+
+
+def test_torn_active_segment_is_truncated(server_factory):
+    srv = server_factory("--persistence", "yes", "--segment-size", "64mb")
+    r = srv.client()
+    for i in range(30):
+        r.set(f"k{i}", value_for(f"k{i}", 10 * KiB))
+    srv.kill9()
+    active = segments(srv)[-1]
+    full = active.stat().st_size
+    rng = random.Random(5)
+    for cut in sorted(rng.sample(range(100, full), 4), reverse=True):
+        with open(active, "r+b") as f:
+            f.truncate(cut)
+        srv.start()
+        r = srv.client()
+        present = [i for i in range(30) if r.exists(f"k{i}")]
+        assert present == list(range(len(present)))  # exactly a prefix of the writes survives
+        for i in present:
+            assert r.get(f"k{i}") == value_for(f"k{i}", 10 * KiB)
+        info = r.info("persistence")
+        r.set("after-truncate", "ok")  # appends continue on a clean boundary
+        srv.stop()
+        srv.start()
+        assert srv.client().get("after-truncate") == b"ok"
+        assert info["recovery_keys"] == len(present)
+        srv.kill9()
+
+
+def test_corrupt_sealed_segments_and_missing_hints(server_factory):
+    srv = server_factory("--persistence", "yes", "--segment-size", "1mb")
+    r = srv.client()
+    keys = [f"k{i}" for i in range(60)]
+    for key in keys:
+        r.set(key, value_for(key, 100 * KiB))
+    srv.stop()
+    segs = segments(srv)
+    assert len(segs) >= 5
+    # flip bytes inside the values of two sealed segments (their hints stay valid)
+    rng = random.Random(9)
+    for seg in segs[1:3]:
+        data = bytearray(seg.read_bytes())
+        for _ in range(3):
+            pos = rng.randrange(200, len(data))
+            data[pos] ^= 0xFF
+        seg.write_bytes(bytes(data))
+    # delete one hint file and corrupt another: those segments are scanned instead
+    segs[3].with_suffix(".hint").unlink()
+    hint = segs[4].with_suffix(".hint")
+    hint.write_bytes(hint.read_bytes()[:-3] + b"xyz")
+    srv.start()
+    r = srv.client()
+    served = 0
+    for key in keys:
+        got = r.get(key)
+        if got is not None:
+            assert got == value_for(key, 100 * KiB)  # never a corrupt byte
+            served += 1
+    assert 40 <= served < 60
+    info = r.info("kvd")
+    assert info["disk_corrupt_reads"] >= 1
+    assert "hint file" in srv.log.read_text()
+
+
+def test_compaction_and_disk_budget(server_factory):
+    srv = server_factory("--persistence", "yes", "--segment-size", "1mb", "--max-disk", "6mb", "--maxmemory", "2mb")
+    r = srv.client()
+    for rnd in range(6):  # overwrite the same keys: most of the log becomes dead
+        for i in range(10):
+            r.set(f"k{i}", value_for(f"k{i}{rnd}", 200 * KiB))
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        if sum(p.stat().st_size for p in segments(srv)) <= 6 * MiB:
+            break
+        time.sleep(0.2)
+    assert sum(p.stat().st_size for p in segments(srv)) <= 6 * MiB
+    persistence = r.info("persistence")
+    assert persistence["aof_compactions"] >= 1
+    for i in range(10):  # the kept keys stay readable and correct
+        got = r.get(f"k{i}")
+        assert got is None or got == value_for(f"k{i}5", 200 * KiB)
+    assert r.dbsize() >= 1
+
+
+def test_unusable_dir_is_a_one_line_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    proc = subprocess.run(
+        [sys.executable, "-m", "kvd", "--port", "7392", "--dir", str(blocker / "data")],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "dir" in proc.stderr
+
+
+def test_second_daemon_on_same_dir_is_refused(server_factory):
+    srv = server_factory("--persistence", "yes")
+    proc = subprocess.run(
+        [sys.executable, "-m", "kvd", "--port", "7393", "--dir", str(srv.dir / "data")],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 2 and "in use" in proc.stderr
