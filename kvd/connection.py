@@ -32,7 +32,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from kvd.commands import COMMANDS
-from kvd.commands.registry import NOAUTH
+from kvd.commands.registry import ALIASES, NOAUTH
 from kvd.protocol import errors
 from kvd.protocol.errors import CommandError, DropConnection, ProtocolError
 from kvd.protocol.parser import RequestParser
@@ -167,8 +167,11 @@ class Client(asyncio.BufferedProtocol):
         self._end_batch()
 
     def _execute(self, argv: list[Any]) -> Any:
-        name = bytes(argv[0]).lower()
-        cmd = COMMANDS.get(name)
+        name = argv[0]
+        cmd = ALIASES.get(name) if type(name) is bytes else None
+        if cmd is None:
+            name = bytes(name).lower()
+            cmd = COMMANDS.get(name)
         stats = self.server.stats
         stats.commands_processed += 1
         reply = self.reply
@@ -189,9 +192,9 @@ class Client(asyncio.BufferedProtocol):
         if (arity > 0 and len(argv) != arity) or len(argv) < -arity:
             reply.error(errors.wrong_arity(cmd.name))
             return None
-        seg_log = self.keyspace.log
-        if cmd.is_write and seg_log is not None:
-            refused = seg_log.misconf()
+        is_write = cmd.is_write and self.keyspace.log is not None
+        if is_write:
+            refused = self.keyspace.log.misconf()
             if refused:
                 reply.error(refused)
                 return None
@@ -208,11 +211,12 @@ class Client(asyncio.BufferedProtocol):
             log.exception("internal error in %s", cmd.name)
             reply.error(f"ERR internal error in '{cmd.name}': {type(exc).__name__}")
             result = None
-        if cmd.is_write and seg_log is not None:
+        if is_write:
             self._log_dirty = True
             if result is None:
                 self._write_spans.append((start, len(self._out)))
-        stats.count_command(cmd.name)
+        calls = stats.calls
+        calls[cmd.name] = calls.get(cmd.name, 0) + 1
         return result
 
     async def _resume_after(self, pending: Any) -> None:

@@ -48,15 +48,14 @@ class Command:
     usage: str
     subcommands: dict[str, Command] = field(default_factory=dict)
 
-    @property
-    def is_write(self) -> bool:
-        return WRITE in self.flags
+    is_write: bool = False  # derived from flags at registration; a field so the hot path reads it directly
 
     def arguments(self) -> list[dict[str, Any]]:
         return _parse_usage(self.usage)
 
 
 COMMANDS: dict[bytes, Command] = {}
+ALIASES: dict[bytes, Command] = {}  # upper-case names: clients send "SET" far more often than "set"
 
 
 def command(
@@ -88,9 +87,11 @@ def command(
             since=since,
             complexity=complexity,
             usage=usage,
+            is_write=WRITE in flags.split(),
         )
         if parent is None:
             COMMANDS[cmd.name.encode()] = cmd
+            ALIASES[cmd.name.upper().encode()] = cmd
         else:
             COMMANDS[parent.encode()].subcommands[cmd.name] = cmd
         return handler

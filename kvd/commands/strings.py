@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from kvd.protocol import errors
 from kvd.protocol.errors import CommandError
+from kvd.protocol.reply import OK
 from kvd.store.keyspace import now_ms
 
 from .args import LLONG_MAX, lower, parse_int
@@ -85,6 +86,10 @@ def get(c: Client, argv: list[Any]) -> Any:
 def set_(c: Client, argv: list[Any]) -> Any:
     key = bytes(argv[1])
     value = argv[2]
+    if len(argv) == 3:  # the common case: no options
+        c.keyspace.set(key, value)
+        c.reply.out.append(OK)
+        return None
     cond = b""
     want_get = keep_ttl = False
     unit = b""
