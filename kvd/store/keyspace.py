@@ -165,9 +165,11 @@ class Keyspace:
 
     def prefix_length(self, keys: list[bytes], prefetch: bool = True) -> int:
         """How many leading ``keys`` exist. Hits are touched (a load usually follows), and cold ones are
-        read into RAM in the background so the GET that follows is served from memory."""
+        read into RAM in the background so the GETs that follow are served from memory. Prefetching stops at a
+        quarter of the RAM budget, so a long cold prefix cannot flush the hot set it is about to join."""
         now = now_ms()
         count = 0
+        budget = self.ram.budget // 4 if self.ram.budget else 1 << 62
         for key in keys:
             entry = self.lookup(key, now)
             if entry is None:
@@ -175,7 +177,8 @@ class Keyspace:
             count += 1
             if entry.value is not None:
                 self.ram.touch(key)
-            elif prefetch and self.log is not None:
+            elif prefetch and self.log is not None and entry.loc is not None and entry.loc.value_len <= budget:
+                budget -= entry.loc.value_len
                 self.load(key, entry)
         return count
 
