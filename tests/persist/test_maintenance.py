@@ -1,0 +1,174 @@
+"""Compaction and the disk budget: space is reclaimed, every kept key stays readable and byte-identical,
+deleted keys never come back, reads racing with compaction still work."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from pathlib import Path
+
+from conftest import Owner, now_ms, open_log, reopen, settle, wait_for
+
+from kvd.persist import CorruptRecord
+
+SEG = 64 << 10
+
+
+def _val(key: bytes, size: int, gen: int = 0) -> bytes:
+    return random.Random(key + bytes([gen])).randbytes(size)
+
+
+async def _check_all(owner: Owner, model: dict[bytes, bytes]) -> None:
+    owner.demote_all()
+    assert set(owner.entries) == set(model)
+    for key, value in model.items():
+        assert bytes(await owner.get(key)) == value, key
+
+
+async def test_compaction_reclaims_dead_space(seg_dir: Path) -> None:
+    log, owner, _ = await open_log(seg_dir, segment_size=SEG, compaction_dead_ratio=0.5)
+    model = {}
+    for i in range(120):
+        key = b"k%03d" % i
+        model[key] = _val(key, 4000)
+        owner.set(key, model[key], hot=i % 2 == 0)  # half the copies need a disk read
+    for i in range(0, 120):
+        if i % 5:  # overwrite 80 %: the old segments are now mostly dead
+            key = b"k%03d" % i
+            model[key] = _val(key, 4000, 1)
+            owner.set(key, model[key], hot=False)
+    await settle(log)
+    written = log.stats()["disk_bytes"]
+    await wait_for(lambda: log.stats()["compactions"] >= 3, timeout=20)
+    await wait_for(lambda: log.stats()["disk_bytes"] < 0.75 * written, timeout=20)
+    await _check_all(owner, model)
+    log, owner, _ = await reopen(log, segment_size=SEG)
+    await _check_all(owner, model)
+    await log.close()
+
+
+async def test_deleted_key_does_not_resurrect_after_compaction(seg_dir: Path) -> None:
+    log, owner, _ = await open_log(seg_dir, segment_size=SEG, compaction_dead_ratio=0.5)
+    model: dict[bytes, bytes] = {}
+    far = now_ms() + 3_600_000
+    for key in (b"victim", b"phoenix", b"ttl"):
+        owner.set(key, _val(key, 200))
+        model[key] = _val(key, 200)
+    first = owner.entries[b"victim"][0].segment
+    i = 0
+    while True:  # fill the first segment with live data so it is never compacted
+        key = b"keep%03d" % i
+        model[key] = _val(key, 5000)
+        if owner.set(key, model[key]).segment != first:
+            break
+        i += 1
+    owner.delete(b"victim")
+    del model[b"victim"]
+    owner.delete(b"phoenix")
+    owner.expire(b"ttl", far)
+    junk = [b"junk%03d" % j for j in range(14)]
+    for key in junk:
+        owner.set(key, _val(key, 5000))
+    tomb_seg = owner.entries[junk[0]][0].segment
+    owner.set(b"phoenix", _val(b"phoenix", 300, 2))  # re-created after its DEL
+    model[b"phoenix"] = _val(b"phoenix", 300, 2)
+    for key in junk:  # the tombstones' segment becomes mostly dead
+        owner.set(key, _val(key, 5000, 1))
+        model[key] = _val(key, 5000, 1)
+    for j in range(14):  # and gets sealed
+        key = b"more%03d" % j
+        model[key] = _val(key, 5000)
+        owner.set(key, model[key])
+    await settle(log)
+    tomb_file = seg_dir / f"{tomb_seg:010d}.seg"
+    await wait_for(lambda: not tomb_file.exists(), timeout=20)
+    assert (seg_dir / f"{first:010d}.seg").exists()
+    await _check_all(owner, model)
+    for _ in range(2):
+        log, owner, _ = await reopen(log, segment_size=SEG, compaction_dead_ratio=0.5)
+        assert b"victim" not in owner.entries
+        assert owner.entries[b"ttl"][1] == far
+        await _check_all(owner, model)
+    await log.close()
+
+
+async def test_disk_budget(seg_dir: Path) -> None:
+    budget = 4 * SEG
+    log, owner, _ = await open_log(seg_dir, segment_size=SEG, max_disk=budget)
+    model = {}
+    hot_keys = set()
+    for i in range(80):
+        key = b"k%03d" % i
+        model[key] = _val(key, 8000)
+        hot = i % 8 == 0
+        owner.set(key, model[key], hot=hot)
+        if hot:
+            hot_keys.add(key)
+        if i % 10 == 9:
+            await settle(log)
+    await settle(log)
+    await wait_for(lambda: log.stats()["disk_bytes"] <= budget, timeout=20)
+    assert log.stats()["disk_evictions"] > 0
+    dropped = {k for k, _ in owner.dropped_calls}
+    assert not dropped & hot_keys  # RAM-resident values were carried forward, not dropped
+    assert hot_keys <= set(owner.entries)
+    kept = {k: v for k, v in model.items() if k in owner.entries}
+    assert set(kept) == set(model) - dropped
+    for key, value in kept.items():
+        assert bytes(await owner.get(key)) == value
+    log, owner, _ = await reopen(log, segment_size=SEG, max_disk=budget)
+    assert set(owner.entries) <= set(kept)
+    assert hot_keys <= set(owner.entries)
+    for key in owner.entries:
+        assert bytes(await owner.get(key)) == model[key]
+    await log.close()
+
+
+async def test_reads_race_with_compaction(seg_dir: Path) -> None:
+    log, owner, _ = await open_log(seg_dir, segment_size=4 << 20, compaction_dead_ratio=0.3)
+    model = {}
+    for i in range(24):
+        key = b"big%02d" % i
+        model[key] = _val(key, 1 << 20)
+        owner.set(key, model[key], hot=False)
+    for i in range(0, 24, 2):  # half dead everywhere
+        owner.delete(b"big%02d" % i)
+        del model[b"big%02d" % i]
+    errors: list[BaseException] = []
+    reads = 0
+    stop = asyncio.Event()
+
+    async def reader(key: bytes) -> None:
+        nonlocal reads
+        while not stop.is_set():
+            try:
+                got = await owner.get(key)
+            except CorruptRecord as exc:
+                errors.append(exc)
+                return
+            assert bytes(got) == model[key]
+            reads += 1
+
+    tasks = [asyncio.create_task(reader(k)) for k in model]
+    await wait_for(lambda: log.stats()["compactions"] >= 2, timeout=30)
+    await asyncio.sleep(0.2)
+    stop.set()
+    await asyncio.gather(*tasks)
+    assert not errors
+    assert reads > len(model)
+    await log.close()
+
+
+async def test_flushall_frees_disk(seg_dir: Path) -> None:
+    log, owner, _ = await open_log(seg_dir, segment_size=SEG)
+    for i in range(50):
+        owner.set(b"k%d" % i, _val(b"k", 5000))
+    await settle(log)
+    owner.flush()
+    owner.set(b"new", b"n")
+    await settle(log)
+    await wait_for(lambda: len(list(seg_dir.glob("*.seg"))) <= 2, timeout=10)
+    assert log.stats()["disk_bytes"] < SEG
+    log, owner, _ = await reopen(log, segment_size=SEG)
+    assert set(owner.entries) == {b"new"}
+    await log.close()
