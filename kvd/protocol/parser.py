@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import re
 
+import hiredis
+
 from .errors import DropConnection, ProtocolError
 
 BIG_ARG = 32 * 1024
@@ -49,6 +51,38 @@ Args = list[bytes | bytearray]
 _FAST_MULTIBULK = re.compile(rb"\*([1-9][0-9]{0,4})\r\n")
 _FAST_BULK = re.compile(rb"\$(0|[1-9][0-9]{0,4})\r\n")
 _FAST_MAX_ARGS = 1024
+
+# The batch path: runs of small pipelined requests are parsed by hiredis's C reader (about 15x fewer cycles per
+# command than Python). hiredis knows no limits and would allocate a list for any declared count, so it only
+# sees regions with no 5-digit (or negative) count or length, and its result is accepted only if re-encoding
+# the commands canonically gives exactly the bytes it was fed; otherwise the same bytes go through the paths
+# below, which give Redis's exact errors.
+_RISKY = re.compile(rb"[$*](?:[0-9]{5}|-)")
+_DIGITS = [1] * 10 + [2] * 90 + [3] * 900 + [4] * 9000
+
+
+def _hiredis_batch(buf: bytearray, pos: int, end: int) -> tuple[list[Args], int] | None:
+    """Complete requests at the start of buf[pos:end] and the bytes they span, or None to use the slow path."""
+    if _RISKY.search(buf, pos, end):
+        return None
+    cut = buf.rfind(b"\r\n*", pos, end)
+    stop = cut + 2 if cut > pos else end  # the last request may be partial: leave it to the general path
+    reader = hiredis.Reader()
+    reader.feed(buf, pos, stop - pos)
+    commands: list[Args] = []
+    total = 0
+    digits = _DIGITS
+    while (request := reader.gets()) is not False:
+        if type(request) is not list or not request:
+            return None
+        size = 3 + digits[len(request)]
+        for arg in request:
+            if type(arg) is not bytes:
+                return None
+            size += len(arg) + 5 + digits[len(arg)]
+        total += size
+        commands.append(request)
+    return (commands, total) if commands and total == stop - pos else None
 
 
 class RequestParser:
@@ -149,6 +183,11 @@ class RequestParser:
                     if pos >= end:
                         break
                     if buf[pos] == 42 and self.authenticated:
+                        batch = _hiredis_batch(buf, pos, end) if end - pos > 64 else None
+                        if batch is not None:
+                            out.extend(batch[0])
+                            pos += batch[1]
+                            continue
                         m = _FAST_MULTIBULK.match(buf, pos, end)
                         if m is not None and (count := int(m.group(1))) <= _FAST_MAX_ARGS:
                             args: Args = []
