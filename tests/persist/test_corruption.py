@@ -7,7 +7,7 @@ import random
 from pathlib import Path
 
 import pytest
-from conftest import open_log, reopen, settle
+from persist_helpers import open_log, reopen, settle
 
 from kvd.persist import CorruptRecord, Location
 

@@ -7,7 +7,7 @@ import asyncio
 import random
 from pathlib import Path
 
-from conftest import Owner, now_ms, open_log, reopen, settle, wait_for
+from persist_helpers import Owner, now_ms, open_log, reopen, settle, wait_for
 
 from kvd.persist import CorruptRecord
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from conftest import now_ms, open_log, reopen, settle
+from persist_helpers import now_ms, open_log, reopen, settle
 
 
 def _value(rng: random.Random, i: int) -> bytes:

@@ -7,7 +7,7 @@ import random
 import shutil
 from pathlib import Path
 
-from conftest import open_log, reopen, segment_files, settle
+from persist_helpers import open_log, reopen, segment_files, settle
 
 from kvd.persist import Location
 

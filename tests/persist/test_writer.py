@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import inject_fault, open_log, reopen, settle, wait_for
+from persist_helpers import inject_fault, open_log, reopen, settle, wait_for
 
 from kvd.persist import PersistError, SegmentLog
 
