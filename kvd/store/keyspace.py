@@ -156,7 +156,7 @@ class Keyspace:
                 self._remove(key, entry, log_delete=True)
             return None
         # Promote only if nobody changed the key while we read (identity: every write makes a new Entry).
-        if self._entries.get(key) is entry and entry.value is None and entry.loc == loc:
+        if self._entries.get(key) is entry and entry.value is None and entry.loc == loc and self._fits(value):
             entry.value = value
             self.ram.admit(key, entry)
             self.stats.promotions += 1
@@ -201,6 +201,12 @@ class Keyspace:
         if expire_at:
             self.expiry.live += 1
             self.expiry.schedule(key, expire_at)
+        if loc is not None and not self._fits(value):
+            # Bigger than the whole RAM tier: keep it on disk only rather than flushing every other value out.
+            entry.value = None
+            self.ram.cold[key] = entry
+            self.stats.ram_demotions += 1
+            return
         self.ram.admit(key, entry)
         self._evict()
 
@@ -347,6 +353,9 @@ class Keyspace:
                 self.log.mark_dead(entry.loc)
             if log_delete:
                 self.log.append_delete(key)
+
+    def _fits(self, value: Value) -> bool:
+        return not self.ram.budget or self.ram.value_charge(value) <= self.ram.budget // 2
 
     def _check_room(self, extra: int) -> None:
         ram = self.ram

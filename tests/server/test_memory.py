@@ -74,3 +74,15 @@ def test_config_set_maxmemory_shrinks_now(server_factory):
     assert r.config_get("maxmemory") == {"maxmemory": str(5 * MiB)}
     assert r.info()["used_memory"] <= 5 * MiB
     assert r.dbsize() < 20
+
+
+def test_value_larger_than_ram_tier_does_not_flush_it(server_factory):
+    srv = server_factory("--persistence", "yes", "--maxmemory", "8mb")
+    r = srv.client()
+    small = {f"s{i}": os.urandom(256 * 1024) for i in range(8)}
+    r.mset(small)
+    huge = os.urandom(20 * MiB)
+    r.set("huge", huge)
+    assert r.info("kvd")["ram_keys"] >= 8  # the hot set is still in RAM
+    assert r.get("huge") == huge  # served from disk
+    assert r.mget(list(small)) == list(small.values())
