@@ -1,73 +1,172 @@
 #!/usr/bin/env bash
-# Shared set-up steps for scripts/run.sh and scripts/test.sh. Every step is idempotent and quick when its
-# work is already done, so both commands can run on a fresh machine or on one that has everything.
+# Shared set-up steps, sourced by scripts/run.sh and scripts/test.sh. Every step is idempotent and quick when
+# its work is already done (stamp files, dpkg/import checks), so both commands work on a fresh Debian machine
+# and on one that already has everything. Nothing here reads stdin (CI runs with none).
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$REPO/.venv"
 CACHE="$REPO/.cache"
+CLIENTS="$CACHE/clients"
+REDIS_PY_MAJORS="5 6 7 8"
+
+export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1 PIP_ROOT_USER_ACTION=ignore
 
 section() { printf '\n\033[1m== %s ==\033[0m\n' "$*"; }
+note() { printf '   %s\n' "$*"; }
+
+as_root() {
+    if [ "$(id -u)" = 0 ]; then
+        "$@"
+    else
+        sudo -n "$@"
+    fi
+}
 
 pick_python() {
-    # kvd runs on Python >= 3.11; the vLLM environment needs 3.11 exactly (scripts/vllm_env.sh).
+    # The newest-compatible interpreter first in the order the vLLM environment prefers (3.11), then others.
+    local candidate
     for candidate in python3.11 python3 python3.12 python3.13; do
         if command -v "$candidate" >/dev/null 2>&1 &&
-            "$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+            "$candidate" -c 'import sys, venv; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
             command -v "$candidate"
             return
         fi
     done
-    echo "kvd needs Python 3.11 or newer" >&2
+    echo "kvd needs Python 3.11 or newer (with the venv module)" >&2
     exit 1
 }
 
+deb_installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
+
+apt_has_candidate() {
+    local cand
+    cand="$(apt-cache policy "$1" 2>/dev/null | awk '/Candidate:/ {print $2}')"
+    [ -n "$cand" ] && [ "$cand" != "(none)" ]
+}
+
+stop_debian_redis_service() {
+    # Debian's redis-server package starts a service on 6379. Tests never use 6379; make sure it is off.
+    if [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1; then
+        if systemctl is-enabled --quiet redis-server 2>/dev/null || systemctl is-active --quiet redis-server 2>/dev/null; then
+            note "disabling Debian's redis-server service"
+            as_root systemctl disable --now redis-server >/dev/null 2>&1 || true
+        fi
+    elif [ -x /etc/init.d/redis-server ]; then
+        as_root /etc/init.d/redis-server stop >/dev/null 2>&1 || true
+    fi
+}
+
 ensure_apt() {
-    # ensure_apt COMMAND PACKAGE...: install the Debian packages unless COMMAND is already on PATH.
-    local probe="$1"
-    shift
-    command -v "$probe" >/dev/null 2>&1 && return
-    section "installing Debian packages: $*"
-    local sudo=""
-    [ "$(id -u)" = 0 ] || sudo="sudo"
-    # Never let apt start Debian's redis-server service on port 6379: tests start their own servers.
+    # ensure_apt PACKAGE...: install the Debian packages that are not installed yet.
+    local missing=() pkg
+    for pkg in "$@"; do
+        deb_installed "$pkg" || missing+=("$pkg")
+    done
+    [ "${#missing[@]}" -eq 0 ] && return 0
+    section "installing Debian packages: ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    local need_update=""
+    for pkg in "${missing[@]}"; do
+        apt_has_candidate "$pkg" || need_update=1
+    done
+    if [ -n "$need_update" ]; then
+        note "apt-get update"
+        as_root apt-get update -qq
+    fi
+    # policy-rc.d exit 101 = "do not start services": apt must not start redis-server on 6379.
     local made_policy=""
     if [ ! -e /usr/sbin/policy-rc.d ]; then
-        printf '#!/bin/sh\nexit 101\n' | $sudo tee /usr/sbin/policy-rc.d >/dev/null
-        $sudo chmod +x /usr/sbin/policy-rc.d
+        printf '#!/bin/sh\nexit 101\n' | as_root tee /usr/sbin/policy-rc.d >/dev/null
+        as_root chmod +x /usr/sbin/policy-rc.d
         made_policy=1
     fi
-    $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
-    [ -z "$made_policy" ] || $sudo rm -f /usr/sbin/policy-rc.d
+    local rc=0
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" \
+        </dev/null >/dev/null || rc=$?
+    if [ "$rc" -ne 0 ] && [ -z "$need_update" ]; then
+        note "install failed; retrying after apt-get update"
+        as_root apt-get update -qq
+        rc=0
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" \
+            </dev/null >/dev/null || rc=$?
+    fi
+    [ -z "$made_policy" ] || as_root rm -f /usr/sbin/policy-rc.d
+    [ "$rc" -eq 0 ] || {
+        echo "apt-get install ${missing[*]} failed" >&2
+        exit "$rc"
+    }
+    stop_debian_redis_service
+}
+
+ensure_redis_tools() {
+    # The reference server and the C tools the compatibility tests drive: redis-server, redis-cli, redis-benchmark.
+    ensure_apt redis-server redis-tools
+    stop_debian_redis_service
 }
 
 ensure_venv() {
-    # ensure_venv EXTRAS: .venv with kvd installed in editable mode (+ extras); redone when pyproject changes.
+    # ensure_venv [EXTRAS]: .venv (Python >= 3.11) with kvd installed in editable mode (+ extras).
+    # Redone when pyproject.toml changes (the stamp holds its hash).
     local extras="${1:-}"
     local stamp="$VENV/.kvd-installed${extras:+-$extras}"
-    if [ ! -x "$VENV/bin/python" ]; then
+    if [ ! -x "$VENV/bin/python" ] ||
+        ! "$VENV/bin/python" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
         section "creating $VENV"
+        rm -rf "$VENV"
         "$(pick_python)" -m venv "$VENV"
-        "$VENV/bin/pip" install -q --upgrade pip
+        "$VENV/bin/python" -m pip install -q --upgrade pip
     fi
-    if [ ! -f "$stamp" ] || [ "$REPO/pyproject.toml" -nt "$stamp" ]; then
+    local want
+    want="$(sha256sum "$REPO/pyproject.toml" | cut -d' ' -f1)"
+    if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ] ||
+        ! "$VENV/bin/python" -c 'import kvd' >/dev/null 2>&1; then
         section "installing kvd${extras:+[$extras]} into .venv"
-        "$VENV/bin/pip" install -q -e "$REPO${extras:+[$extras]}"
-        touch "$stamp"
+        "$VENV/bin/python" -m pip install -q -e "$REPO${extras:+[$extras]}"
+        echo "$want" >"$stamp"
     fi
 }
 
 ensure_client_matrix() {
-    # redis-py 5, 6 and 7 in their own directories (8.x is the one in .venv), for the compatibility tests.
-    local major
-    for major in 5 6 7; do
-        local target="$CACHE/clients/redis$major"
-        if [ ! -f "$target/.installed" ]; then
-            section "installing redis-py $major.x for the client matrix"
-            rm -rf "$target"
-            "$VENV/bin/pip" install -q --no-deps --target "$target" "redis==$major.*"
-            touch "$target/.installed"
+    # redis-py 5.x .. 8.x, each in .cache/clients/redis<N> (tests put that directory first on PYTHONPATH of a
+    # client subprocess). hiredis comes from .venv; the tests hide it to run the pure-Python parsers.
+    local major target tmp
+    for major in $REDIS_PY_MAJORS; do
+        target="$CLIENTS/redis$major"
+        if [ -f "$target/.installed" ] &&
+            PYTHONPATH="$target" "$VENV/bin/python" -c "import redis, sys; sys.exit(not redis.__version__.startswith('$major.'))" \
+                2>/dev/null; then
+            continue
         fi
+        section "installing redis-py $major.x into .cache/clients/redis$major"
+        mkdir -p "$CLIENTS"
+        tmp="$(mktemp -d "$CLIENTS/.redis$major.XXXXXX")"
+        "$VENV/bin/python" -m pip install -q --target "$tmp" "redis==$major.*"
+        # --target also installs redis' own dependencies; never let it shadow hiredis from .venv.
+        rm -rf "$tmp"/hiredis "$tmp"/hiredis-*.dist-info
+        PYTHONPATH="$tmp" "$VENV/bin/python" -c "import redis; print('   redis-py', redis.__version__)"
+        touch "$tmp/.installed"
+        rm -rf "$target"
+        mv "$tmp" "$target"
     done
+}
+
+ensure_vllm_env() {
+    # scripts/vllm_env.sh (owned by the connector work) builds the vLLM CPU environment and prints its python
+    # path on the last line of stdout. Skipped with KVD_SKIP_VLLM=1 or when the script does not exist.
+    if [ -n "${KVD_SKIP_VLLM:-}" ]; then
+        note "KVD_SKIP_VLLM set: vLLM end-to-end tests will be skipped"
+        return 0
+    fi
+    [ -f "$REPO/scripts/vllm_env.sh" ] || return 0
+    section "vLLM environment (scripts/vllm_env.sh)"
+    local out
+    out="$(bash "$REPO/scripts/vllm_env.sh" </dev/null | tail -n 1)"
+    if [ -n "$out" ] && [ -x "$out" ]; then
+        export KVD_VLLM_PYTHON="$out"
+        note "KVD_VLLM_PYTHON=$KVD_VLLM_PYTHON"
+    else
+        echo "scripts/vllm_env.sh did not print an executable python path (got: '$out')" >&2
+        exit 1
+    fi
 }
