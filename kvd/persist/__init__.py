@@ -1,7 +1,17 @@
-"""The disk tier: append-only, checksummed segment files with crash recovery (see ``log.py``)."""
+"""kvd's storage engine: crash-safe append-only segment files behind the RAM keyspace.
 
-from .log import CorruptRecord, LogOwner, PersistError, SegmentLog
-from .record import Location
-from .recovery import RecoveryReport
+Public API: ``SegmentLog`` (the engine), ``Location`` (where a SET record lives), ``LogOwner`` (what the keyspace
+implements), ``RecoveryReport``, and the errors ``PersistError`` / ``CorruptRecord``. Module map:
+
+* ``record.py``: the byte format, checksums and the verifying scanner;
+* ``segment.py``: segment files, hint files, preads;
+* ``writer.py``: the writer thread (group commit, fsync policies, error state) and the everysec fsync thread;
+* ``recovery.py``: directory lock, index rebuild, torn-tail repair;
+* ``maintenance.py``: compaction and the disk budget;
+* ``log.py``: ``SegmentLog``, which ties them together on the event loop.
+"""
+
+from .base import CorruptRecord, Location, LogOwner, PersistError, RecoveryReport
+from .log import SegmentLog
 
 __all__ = ["CorruptRecord", "Location", "LogOwner", "PersistError", "RecoveryReport", "SegmentLog"]

@@ -1,77 +1,69 @@
-"""SegmentLog: the disk tier and write-ahead log behind the keyspace, as one facade on the event loop.
+"""SegmentLog: the engine's facade, owned by the event loop.
 
-Every method here runs on the event-loop thread and does no file I/O: appends assign a ``Location`` (the
-tail is known) and queue the record for the writer thread (``writer.py``); reads run ``preadv`` on a worker
-thread; recovery (``recovery.py``) runs before the loop serves anyone. The keyspace is the ``LogOwner``: the
-log asks it whether a record is still current before copying or dropping it.
+Threads and who owns what:
 
-What an acknowledged write survives (the connection replies only after ``barrier()`` resolves):
+* The **event loop** owns all bookkeeping: the segment table, the tail offset, LSNs, tickets, per-segment
+  live/dead bytes, barrier futures. ``append_*`` only assign a location and queue the record, so they cost a few
+  microseconds whatever the value size, and never block.
+* The **writer thread** (``writer.py``) owns the active segment's file: it hashes, writes and fsyncs.
+* The **fsync thread** (everysec only) fdatasyncs the active segment about once per second.
+* The **maintenance thread** (a one-worker executor, FIFO) seals segments (fsync + hint), lists records for
+  compaction and unlinks retired segments. FIFO matters: a job queued after a seal sees the seal done.
+* A small **read pool** serves ``read_value`` (preadv into a preallocated bytearray, then verification).
 
-=============  =====================================  ===========================================
-appendfsync    kill -9 (the OS survives)              power loss / kernel crash
-=============  =====================================  ===========================================
-always         nothing lost                           nothing lost (if the device honours flushes)
-everysec       nothing lost (write() was done)        up to ~1 s of writes (2 s if fsync lags)
-no             nothing lost                           what the kernel had not written back (~30 s)
-=============  =====================================  ===========================================
+Tickets. Every append gets the next ticket number. ``barrier()`` waits for the current ticket: the writer reports
+the last ticket it wrote (and fsynced, with ``always``), so one report resolves every future up to it. Records
+appended in one loop iteration are submitted to the writer together from a ``call_soon`` callback: that is the
+group commit, one ``pwritev`` batch (+ one fdatasync for ``always``) for all clients.
 
-Disk space. ``mark_dead`` keeps per-segment live-byte counts. A maintenance task, at most one segment at a
-time and yielding to clients between records, (1) enforces ``max-disk``: while the files exceed it, the oldest
-sealed segment goes — records whose value RAM still holds are carried forward (re-appended, no disk read),
-the others are dropped and their keys forgotten (``disk_evictions``); and (2) compacts: a sealed segment whose
-dead share reaches ``compaction-dead-ratio`` has its live records copied forward. In both cases a DEL or an
-EXPIRE whose key still has an older record on disk is carried forward too, so nothing deleted comes back and
-no TTL is lost on restart. A segment's files are unlinked only after the copies are fsynced; reads already in
-flight keep their descriptor, so they finish normally.
+Write errors. The writer truncates back to the last good offset and reports it; every record after it is lost:
+its barrier fails with ``MISCONF Errors writing to the AOF file: <strerror>``, each lost SET is reported through
+``owner.lost`` (or, for a copy made by compaction, the keyspace is pointed back at the old copy), and the log
+refuses appends (``misconf()``) until a probe (write + fdatasync of a PAD record in a fresh segment, tried
+about once a second) succeeds. Reads keep working throughout. Appends made while refusing get a location in
+the void segment 0 and are reported lost right away.
 
-FLUSHALL rolls to a new segment that starts with a FLUSH record and unlinks every older segment once that
-record is durable; recovery ignores anything before a FLUSH, so a crash in between loses nothing and
-resurrects nothing.
+FLUSHALL. ``append_flush`` rolls to a fresh segment and writes the FLUSH record first in it; every older segment
+is then entirely dead, and once the FLUSH is durable they are unlinked (FLUSH first, so a crash half way through
+the unlinks can never bring old keys back).
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
-import errno
-import fcntl
+import contextlib
 import logging
 import os
 import time
+from collections import deque
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from .record import DEL, EXPIRE, FILE_HEADER_SIZE, FLUSH, HEADER_SIZE, PAD, SET, Location, checksum, decode_header
-from .recovery import RecoveryReport, recover
-from .segment import HintEntry, hint_path, read_hint, scan, segment_path
-from .writer import RESET, ROLL, SYNC, Op, Writer
+import xxhash
 
-Buffer = bytes | bytearray | memoryview
+from . import maintenance
+from .base import CorruptRecord, Location, LogOwner, PersistError, RecoveryReport
+from .record import DEL, EXPIRE, FILE_HDR_SIZE, FLUSH, HDR_SIZE, MAX_VALUE, SET, decode_header
+from .recovery import lock_directory, recover
+from .segment import Segment, read_exact_into, seal
+from .writer import OP_FAIL, OP_PROBE, OP_REC, OP_ROLL, OP_STOP, OP_SYNC, SegmentLogHooks, Syncer, Writer
 
+MISCONF_PREFIX = "MISCONF Errors writing to the AOF file: "
+PROBE_INTERVAL = 1.0
+TICK_INTERVAL = 0.1
+Value = bytes | bytearray | memoryview
 
-class PersistError(Exception):
-    """A problem with the persistence directory or a failed write; ``str()`` is one line."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
-
-
-class CorruptRecord(Exception):
-    """A record failed verification on read; it is never served."""
+# One in-flight append: (ticket, segment id, end offset, record_len, key, loc (SETs), carried_from)
+_Inflight = tuple[int, int, int, int, bytes, Location | None, Location | None]
 
 
-class LogOwner(Protocol):
-    def live_expire(self, key: bytes, loc: Location) -> int | None: ...
-    def hot_value(self, key: bytes, loc: Location) -> Buffer | None: ...
-    def current_record(self, key: bytes) -> tuple[Location | None, int] | None: ...
-    def relocated(self, key: bytes, old: Location, new: Location) -> None: ...
-    def dropped(self, key: bytes, loc: Location) -> None: ...
-    def lost(self, key: bytes, loc: Location) -> None: ...
+def _nbytes(value: Value) -> int:
+    return value.nbytes if isinstance(value, memoryview) else len(value)
 
 
-class SegmentLog:
+class SegmentLog(SegmentLogHooks):
     def __init__(
         self,
         directory: str | os.PathLike[str],
@@ -82,453 +74,625 @@ class SegmentLog:
         compaction_dead_ratio: float = 0.5,
         logger: logging.Logger | None = None,
     ) -> None:
+        if appendfsync not in ("always", "everysec", "no"):
+            raise PersistError(f"appendfsync must be always, everysec or no (got {appendfsync!r})")
+        if segment_size < 4096:
+            raise PersistError(f"segment_size must be at least 4096 bytes (got {segment_size})")
         self.directory = Path(directory)
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise PersistError(f"cannot create directory {self.directory}: {exc.strerror}") from None
+        if not self.directory.is_dir() or not os.access(self.directory, os.W_OK | os.X_OK):
+            raise PersistError(f"directory {self.directory} is not writable")
         self.segment_size = segment_size
         self.appendfsync = appendfsync
         self.max_disk = max_disk
         self.compaction_dead_ratio = compaction_dead_ratio
-        self.log = logger or logging.getLogger("kvd.persist")
+        self.logger = logger or logging.getLogger("kvd.persist")
+
         self._lock_fd = -1
+        self._recovered = False
+        self._segments: dict[int, Segment] = {}
+        self._active: Segment | None = None
+        self._tail = FILE_HDR_SIZE
+        self._next_lsn = 1
+        self._next_seg = 1
+        self._ticket = 0  # last ticket handed out
+        self._done_ticket = 0  # last ticket written (+ fsynced with always)
+        self._failed_upto = 0  # tickets in (done, failed_upto] failed
+        self._batch: list[tuple[Any, ...]] = []
+        self._submit_scheduled = False
+        self._inflight: deque[_Inflight] = deque()
+        self._inflight_dead: set[Location] = set()
+        self._pending_bytes = 0
+        self._barriers: deque[tuple[int, asyncio.Future[None]]] = deque()
+        self._w_seg = 0  # the writer's last reported position: everything before it is readable
+        self._w_end = 0
+        self._misconf: str | None = None
+        self._probing: Segment | None = None
+        self._void = 0
+        self._retiring: set[int] = set()
+        self._closing = False
+        self._closed = False
+
         self._loop: asyncio.AbstractEventLoop | None = None
         self._owner: LogOwner | None = None
         self._writer: Writer | None = None
-        self._segment = 0
-        self._tail = 0
-        self._lsn = 0  # last lsn appended
-        self._written_lsn = 0
-        self._written_pos = (0, 0)  # (segment, offset) known to be in the file
-        self._barriers: collections.deque[tuple[int, asyncio.Future[None]]] = collections.deque()
-        self._position_waiters: list[tuple[tuple[int, int], asyncio.Future[None]]] = []
-        self._misconf: str | None = None
-        self._reset_lsn = 0
-        self._probe_lsn = 0
-        self._sizes: dict[int, int] = {}
-        self._live: dict[int, int] = {}
-        self._sealed: set[int] = set()
-        self._readers: dict[int, int] = collections.defaultdict(int)  # segment -> reads in flight
-        self._doomed: set[int] = set()
-        self._maintenance: asyncio.Task[None] | None = None
-        self._closing = False
+        self._syncer: Syncer | None = None
+        self._maint: ThreadPoolExecutor | None = None
+        self._readers: ThreadPoolExecutor | None = None
+        self._tick_handle: asyncio.TimerHandle | None = None
+        self._probe_handle: asyncio.TimerHandle | None = None
+        self.job: maintenance.Job | None = None
+
+        # counters
+        self.appended_records = 0
+        self.appended_bytes = 0
         self.compactions = 0
         self.compacted_bytes = 0
         self.disk_evictions = 0
         self.corrupt_reads = 0
-        self.carried_forward = 0
+        self.lost_records = 0
+        self.flushes = 0
 
-    # -- start-up --------------------------------------------------------------------------------------------
+    # -- startup -----------------------------------------------------------------------------------------------
 
     def recover(
         self, now_ms: int, progress: Callable[[int, int], None] | None = None
     ) -> tuple[dict[bytes, tuple[Location, int]], RecoveryReport]:
-        if self._lock_fd < 0:
-            self.open_directory()
-        state = recover(self.directory, now_ms, progress)
-        self._sizes = dict(state.sizes)
-        self._live = dict(state.live)
-        self._segment, self._tail = state.active, state.active_offset
-        self._sealed = {s for s in self._sizes if s != state.active}
-        for seg in [s for s in self._sizes if s < state.flushed_before]:
-            self._unlink_segment(seg)  # wholly dead: a FLUSH came after them
-        self._writer = Writer(self.directory, self.appendfsync, self._report)
-        self._writer.open(state.active, state.active_offset, state.active_entries, create=state.create_active)
-        if state.create_active:
-            self._tail = FILE_HEADER_SIZE
-        self._sizes[self._segment] = self._tail
-        self._live.setdefault(self._segment, 0)
-        self._written_pos = (self._segment, self._tail)
-        return state.index, state.report
+        if self._recovered:
+            raise PersistError("recover() was already called")
+        self.open_directory()
+        try:
+            rec = recover(self.directory, self.segment_size, now_ms, progress, self.logger.warning)
+        except OSError as exc:
+            self._release_lock()
+            raise PersistError(f"recovery of {self.directory} failed: {exc.strerror or exc}") from None
+        except BaseException:
+            self._release_lock()
+            raise
+        assert rec.active is not None
+        self._segments = rec.segments
+        self._active = rec.active
+        self._tail = rec.tail
+        self._next_lsn = rec.next_lsn
+        self._next_seg = max(self._segments) + 1
+        self._w_seg, self._w_end = rec.active.id, rec.tail
+        self._recovered = True
+        return rec.keys, rec.report
 
     def open_directory(self) -> None:
-        """Create/check the directory and take its lock; PersistError (one line) if unusable or in use."""
-        try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            probe = self.directory / ".kvd-write-test"
-            probe.write_bytes(b"ok")
-            probe.unlink()
-        except OSError as exc:
-            raise PersistError(f"cannot use {self.directory}: {exc.strerror or exc}") from None
-        self._lock_fd = os.open(self.directory / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(self._lock_fd)
-            self._lock_fd = -1
-            raise PersistError(f"{self.directory} is in use by another kvd process (LOCK is held)") from None
+        """Take the directory's lock now (``recover`` does it too); PersistError if another process holds it."""
+        if self._lock_fd < 0:
+            self._lock_fd = lock_directory(self.directory)
+
+    def set_appendfsync(self, policy: str) -> None:
+        """CONFIG SET appendfsync: takes effect from the writer's next batch."""
+        if policy not in ("always", "everysec", "no"):
+            raise PersistError(f"appendfsync must be always, everysec or no (got {policy!r})")
+        self.appendfsync = policy
+        if self._writer is None:
+            return
+        self._writer.always = policy == "always"
+        if policy == "everysec" and self._syncer is None:
+            self._syncer = Syncer(self._writer, self._on_fsync_error, self.logger)
+            self._syncer.start()
+        elif policy != "everysec" and self._syncer is not None:
+            self._syncer.stop_event.set()  # it exits after at most one fsync; no need to wait for it here
+            self._syncer = None
 
     def start(self, loop: asyncio.AbstractEventLoop, owner: LogOwner) -> None:
-        assert self._writer is not None, "recover() first"
+        if not self._recovered:
+            raise PersistError("SegmentLog.start() needs recover() first")
+        assert self._active is not None
         self._loop = loop
         self._owner = owner
+        self._maint = ThreadPoolExecutor(1, thread_name_prefix="kvd-aof-maint")
+        self._readers = ThreadPoolExecutor(4, thread_name_prefix="kvd-aof-read")
+        self._writer = Writer(
+            self._active,
+            self._tail,
+            always=self.appendfsync == "always",
+            post=loop.call_soon_threadsafe,
+            maint=self._maint,
+            log=self,
+            logger=self.logger,
+        )
         self._writer.start()
-        self._maintenance = loop.create_task(self._maintain())
+        if self.appendfsync == "everysec":
+            self._syncer = Syncer(self._writer, self._on_fsync_error, self.logger)
+            self._syncer.start()
+        self._tick_handle = loop.call_later(TICK_INTERVAL, self._tick)
 
-    # -- appends (loop thread) -------------------------------------------------------------------------------
+    # -- appends (loop thread) ---------------------------------------------------------------------------------
 
-    def _append(self, kind: int, key: bytes, value: Buffer, expire_at: int) -> tuple[int, int, int]:
-        size = HEADER_SIZE + len(key) + len(value)
-        if self._tail + size > self.segment_size and self._tail > FILE_HEADER_SIZE:
-            self._roll()
-        seg, offset = self._segment, self._tail
-        self._tail += size
-        self._sizes[seg] = self._tail
-        self._lsn += 1
-        assert self._writer is not None
-        self._writer.submit(Op(self._lsn, kind, seg, offset, key, value, expire_at))
-        return seg, offset, size
-
-    def _roll(self) -> None:
-        self._sealed.add(self._segment)
-        self._segment += 1
-        self._tail = FILE_HEADER_SIZE
-        self._sizes[self._segment] = self._tail
-        self._live[self._segment] = 0
-        self._lsn += 1
-        assert self._writer is not None
-        self._writer.submit(Op(self._lsn, ROLL, self._segment, 0))
-
-    def append_set(self, key: bytes, value: Buffer, expire_at: int) -> Location:
-        seg, offset, size = self._append(SET, key, value, expire_at)
-        self._live[seg] = self._live.get(seg, 0) + size
-        return Location(seg, offset, size, len(value))
+    def append_set(self, key: bytes, value: Value, expire_at_ms: int) -> Location:
+        loc = self._append(SET, key, value, expire_at_ms)
+        assert loc is not None
+        return loc
 
     def append_delete(self, key: bytes) -> None:
         self._append(DEL, key, b"", 0)
 
-    def append_expire(self, key: bytes, expire_at: int) -> None:
-        self._append(EXPIRE, key, b"", expire_at)
+    def append_expire(self, key: bytes, expire_at_ms: int) -> None:
+        self._append(EXPIRE, key, b"", expire_at_ms)
 
     def append_flush(self) -> None:
-        self._roll()
+        if self._refusing():
+            self._append(FLUSH, b"", b"", 0)
+            return
+        assert self._active is not None
+        self.flushes += 1
+        if self._tail > FILE_HDR_SIZE:
+            self._roll()
         self._append(FLUSH, b"", b"", 0)
-        older = [s for s in self._sizes if s < self._segment]
+        older = [s for s in self._segments.values() if s.id < self._active.id and s.id not in self._retiring]
         for seg in older:
-            self._live[seg] = 0
-        barrier = self._sync_barrier()
-        assert self._loop is not None
+            seg.live = 0
+            self._retiring.add(seg.id)
+        for entry in self._inflight:  # records not yet written to the older segments are dead too
+            if entry[5] is not None and entry[1] < self._active.id:
+                self._inflight_dead.add(entry[5])
+        if self.job is not None:
+            self.job.aborted = True
 
-        async def drop_older() -> None:
-            try:
-                await barrier
-            except PersistError:
-                return  # the FLUSH is not durable: keep the files; recovery will honour the record if it lands
-            for seg in older:
-                self._unlink_segment(seg)
+        def durable(ok: bool) -> None:
+            if ok:
+                self.retire(older)
+            else:
+                for seg in older:
+                    self._retiring.discard(seg.id)
 
-        self._loop.create_task(drop_older())
+        self.sync_then(durable)
 
     def mark_dead(self, loc: Location) -> None:
-        if loc.segment in self._live:
-            self._live[loc.segment] -= loc.record_len
+        seg = self._segments.get(loc.segment)
+        if seg is None:
+            return
+        if loc in self._inflight_dead:
+            return
+        seg.live = max(0, seg.live - loc.record_len)
+        if not self._written(loc):  # remember, so a failed write does not subtract it twice
+            self._inflight_dead.add(loc)
 
-    # -- durability ------------------------------------------------------------------------------------------
+    def _refusing(self) -> bool:
+        return self._misconf is not None or self._closing
+
+    def _append(
+        self,
+        rtype: int,
+        key: bytes,
+        value: Value,
+        expire: int,
+        lsn: int | None = None,
+        carried_from: Location | None = None,
+    ) -> Location | None:
+        if self._loop is None:
+            raise PersistError("SegmentLog.start() has not been called")
+        vlen = _nbytes(value)
+        if vlen > MAX_VALUE:
+            raise PersistError(f"value too large for a segment record ({vlen} bytes)")
+        rec_len = HDR_SIZE + len(key) + vlen
+        self._ticket += 1
+        if self._refusing():
+            self._failed_upto = self._ticket
+            self.lost_records += 1
+            if rtype != SET:
+                return None
+            self._void += 1
+            loc = Location(0, self._void, rec_len, vlen)
+            if self._owner is not None and not self._closing:
+                self._loop.call_soon(self._owner.lost, key, loc)
+            return loc
+        if self._tail > FILE_HDR_SIZE and self._tail + rec_len > self.segment_size:
+            self._roll()
+        seg = self._active
+        assert seg is not None
+        offset = self._tail
+        self._tail += rec_len
+        seg.size = self._tail
+        if lsn is None:
+            lsn = self._next_lsn
+            self._next_lsn += 1
+        self._batch.append((OP_REC, self._ticket, seg.id, offset, rtype, key, value, expire, lsn))
+        loc = None
+        if rtype == SET:
+            loc = Location(seg.id, offset, rec_len, vlen)
+            seg.live += rec_len
+            seg.set_keys.add(hash(key))
+        self._inflight.append((self._ticket, seg.id, self._tail, rec_len, key, loc, carried_from))
+        self._pending_bytes += rec_len
+        self.appended_records += 1
+        self.appended_bytes += rec_len
+        self._schedule_submit()
+        return loc
+
+    def _schedule_submit(self) -> None:
+        if not self._submit_scheduled:
+            self._submit_scheduled = True
+            assert self._loop is not None
+            self._loop.call_soon(self._submit)
+
+    def _submit(self) -> None:
+        self._submit_scheduled = False
+        if self._batch and self._writer is not None:
+            batch, self._batch = self._batch, []
+            self._writer.submit(batch)
+
+    def _roll(self) -> None:
+        assert self._active is not None
+        new = Segment(self.directory, self._next_seg)
+        self._next_seg += 1
+        self._active.sealed = True
+        self._segments[new.id] = new
+        self._active = new
+        self._tail = FILE_HDR_SIZE
+        self._batch.append((OP_ROLL, new))
+        self._schedule_submit()
+
+    def sync_then(self, callback: Callable[[bool], None]) -> None:
+        """Call ``callback(ok)`` on the loop once everything appended so far is fsynced (sealed segments too)."""
+        self._batch.append((OP_SYNC, callback))
+        self._schedule_submit()
+
+    def durable(self) -> asyncio.Future[bool]:
+        assert self._loop is not None
+        fut: asyncio.Future[bool] = self._loop.create_future()
+
+        def done(ok: bool) -> None:
+            if not fut.done():
+                fut.set_result(ok)
+
+        self.sync_then(done)
+        return fut
+
+    # -- barrier and writer reports (loop thread) --------------------------------------------------------------
 
     def barrier(self) -> asyncio.Future[None] | None:
-        if self._written_lsn >= self._lsn:
+        t = self._ticket
+        if t <= self._done_ticket:
             return None
         assert self._loop is not None
-        future = self._loop.create_future()
-        self._barriers.append((self._lsn, future))
-        return future
-
-    def _sync_barrier(self) -> asyncio.Future[None]:
-        """Resolves once everything so far is written *and* fsynced, whatever appendfsync says."""
-        assert self._loop is not None and self._writer is not None
-        self._lsn += 1
-        future = self._loop.create_future()
-        self._barriers.append((self._lsn, future))
-        self._writer.submit(Op(self._lsn, SYNC, self._segment, self._tail))
-        return future
+        fut: asyncio.Future[None] = self._loop.create_future()
+        if t <= self._failed_upto:
+            fut.set_exception(PersistError(self._misconf or MISCONF_PREFIX + "write failed"))
+            return fut
+        self._barriers.append((t, fut))
+        return fut
 
     def misconf(self) -> str | None:
         return self._misconf
 
-    def set_appendfsync(self, policy: str) -> None:
-        self.appendfsync = policy
-        if self._writer is not None:
-            self._writer.appendfsync = policy
+    def on_written(self, ticket: int, seg_id: int, end: int) -> None:
+        self._w_seg, self._w_end = seg_id, end
+        if ticket > self._done_ticket:
+            self._done_ticket = ticket
+        inflight = self._inflight
+        while inflight and inflight[0][0] <= ticket:
+            entry = inflight.popleft()
+            self._pending_bytes -= entry[3]
+            if entry[5] is not None:
+                self._inflight_dead.discard(entry[5])
+        barriers = self._barriers
+        while barriers and barriers[0][0] <= self._done_ticket:
+            fut = barriers.popleft()[1]
+            if not fut.done():
+                fut.set_result(None)
 
-    def _report(self, event: str, args: tuple[Any, ...]) -> None:
-        """Called on the writer thread: hand the event to the loop."""
-        if self._loop is not None and not self._loop.is_closed():
-            self._loop.call_soon_threadsafe(self._on_event, event, args)
+    def on_failed(self, seg_id: int, good_end: int, text: str) -> None:
+        message = MISCONF_PREFIX + text
+        self._misconf = message
+        inflight = self._inflight
+        while inflight and (inflight[0][1] < seg_id or (inflight[0][1] == seg_id and inflight[0][2] <= good_end)):
+            entry = inflight.popleft()
+            self._pending_bytes -= entry[3]
+            if entry[5] is not None:
+                self._inflight_dead.discard(entry[5])
+            self._done_ticket = max(self._done_ticket, entry[0])
+        failed = list(inflight)
+        inflight.clear()
+        self._failed_upto = self._ticket
+        self._batch = [op for op in self._batch if op[0] == OP_SYNC]  # unsent records can't be written either
+        for _, sid, _, rec_len, key, loc, carried_from in failed:
+            self._pending_bytes -= rec_len
+            self.lost_records += 1
+            if loc is None:
+                continue
+            seg = self._segments.get(sid)
+            if seg is not None and loc not in self._inflight_dead:
+                seg.live = max(0, seg.live - rec_len)
+            self._inflight_dead.discard(loc)
+            old = self._segments.get(carried_from.segment) if carried_from is not None else None
+            if self._owner is None:
+                continue
+            if carried_from is not None and old is not None and old.id not in self._retiring:
+                old.live += carried_from.record_len
+                self._owner.relocated(key, loc, carried_from)
+            else:
+                self._owner.lost(key, loc)
+        # Segments the loop rolled to but the writer never created are forgotten; the failed one stops at good_end.
+        for sid in [s for s in self._segments if s > seg_id]:
+            seg = self._segments.pop(sid)
+            seg.close_fd()
+        cur = self._segments.get(seg_id)
+        if cur is not None:
+            cur.size = good_end
+            cur.sealed = True
+            self._active = cur
+        self._tail = good_end
+        self._w_seg, self._w_end = seg_id, good_end
+        err = PersistError(message)
+        while self._barriers:
+            t, fut = self._barriers.popleft()
+            if fut.done():
+                continue
+            if t <= self._done_ticket:
+                fut.set_result(None)
+            else:
+                fut.set_exception(err)
+        if self.job is not None:
+            self.job.aborted = True
+        self.logger.error("%s; refusing writes until the disk accepts them again", message)
+        self._schedule_probe()
 
-    def _on_event(self, event: str, args: tuple[Any, ...]) -> None:
-        if event in ("written", "synced"):
-            lsn, seg, offset = args
-            self._written_lsn = max(self._written_lsn, lsn)
-            self._written_pos = max(self._written_pos, (seg, offset))
-            while self._barriers and self._barriers[0][0] <= lsn:
-                _, future = self._barriers.popleft()
-                if not future.done():
-                    future.set_result(None)
-            if self._misconf and self._probe_lsn and lsn >= self._probe_lsn:
-                self.log.warning("disk writes work again: accepting writes")
-                self._misconf = None
-                self._probe_lsn = 0
-            self._wake_readers()
-        elif event == "failed":
-            first, last, ops, reason = args
-            self._on_failure(first, last, ops, reason)
-        elif event == "sealed":
-            seg, size = args
-            self._sizes[seg] = size
-        elif event == "warning":
-            self.log.warning("%s", args[0])
+    def _on_fsync_error(self, text: str) -> None:
+        if self._misconf is None and not self._closing:
+            self._batch.append((OP_FAIL, text))
+            self._schedule_submit()
 
-    def _on_failure(self, first: int, last: int, ops: list[Op], reason: str) -> None:
-        message = f"MISCONF Errors writing to the AOF file: {reason}"
-        if first > self._reset_lsn:  # a new failure, not a straggler refused before our last RESET
-            if self._misconf is None:
-                self.log.error(
-                    "write to %s failed (%s): refusing writes until the disk accepts them", self.directory, reason
-                )
-            self._misconf = message
-            self._segment, self._tail = ops[0].segment, ops[0].offset
-            for seg in [s for s in self._sizes if s > self._segment]:  # rolls the writer never made
-                self._sizes.pop(seg, None)
-                self._live.pop(seg, None)
-            self._sealed.discard(self._segment)
-            self._sizes[self._segment] = self._tail
-            self._lsn += 1
-            self._reset_lsn = self._lsn
-            assert self._writer is not None and self._loop is not None
-            self._writer.submit(Op(self._lsn, RESET, self._segment, self._tail))
-            self._written_lsn = max(self._written_lsn, self._lsn)
-            self._loop.call_later(1.0, self._probe)
-        for op in ops:
-            if op.kind == SET and self._owner is not None:
-                size = HEADER_SIZE + len(op.key) + len(op.value)
-                loc = Location(op.segment, op.offset, size, len(op.value))
-                self._live[op.segment] = self._live.get(op.segment, 0) - size
-                self._owner.lost(op.key, loc)
-        error = PersistError(message)
-        for lsn, future in list(self._barriers):
-            if lsn >= first and not future.done():
-                future.set_exception(error)
-        self._barriers = collections.deque((lsn, f) for lsn, f in self._barriers if not f.done())
+    def _schedule_probe(self) -> None:
+        if self._probe_handle is None and self._loop is not None and not self._closing:
+            self._probe_handle = self._loop.call_later(PROBE_INTERVAL, self._probe)
 
     def _probe(self) -> None:
-        """While refusing writes: try a PAD record; success clears the MISCONF state."""
-        if self._misconf is None or self._closing:
+        self._probe_handle = None
+        if self._misconf is None or self._closing or self._writer is None:
             return
-        self._append(PAD, b"", b"", 0)
-        self._probe_lsn = self._lsn
-        assert self._loop is not None
-        self._loop.call_later(1.0, self._probe)
+        self._probing = Segment(self.directory, self._next_seg)
+        self._next_seg += 1
+        self._writer.submit([(OP_PROBE, self._probing)])
 
-    # -- reads -----------------------------------------------------------------------------------------------
+    def on_probe(self, error: str | None, seg_id: int, end: int) -> None:
+        new, self._probing = self._probing, None
+        if error is not None:
+            self.logger.warning("disk still refuses writes (%s); retrying in %.0f s", error, PROBE_INTERVAL)
+            self._schedule_probe()
+            return
+        if new is not None and new.id == seg_id:
+            new.size = end
+            self._segments[new.id] = new
+            self._active = new
+            self._tail = end
+        self._w_seg, self._w_end = seg_id, end
+        self._done_ticket = self._failed_upto = self._ticket
+        self._misconf = None
+        self.logger.warning("writes to %s work again; accepting writes", self.directory)
 
-    async def read_value(self, key: bytes, loc: Location) -> bytearray:
-        if self._written_pos < (loc.segment, loc.offset + loc.record_len):
-            await self._wait_written((loc.segment, loc.offset + loc.record_len))
-        self._readers[loc.segment] += 1
+    def seal_job(self, seg: Segment, data_len: int) -> None:
+        """Runs in the maintenance thread (queued by the writer when a segment is done)."""
+        ok = True
         try:
-            return await asyncio.to_thread(self._read, key, loc)
-        finally:
-            self._readers[loc.segment] -= 1
-            if loc.segment in self._doomed and not self._readers[loc.segment]:
-                self._doomed.discard(loc.segment)
-
-    def _read(self, key: bytes, loc: Location) -> bytearray:
-        path = segment_path(self.directory, loc.segment)
-        try:
-            fd = os.open(path, os.O_RDONLY)
+            seal(seg, data_len)
         except OSError as exc:
-            self.corrupt_reads += 1
-            raise CorruptRecord(f"segment {loc.segment} is gone: {exc.strerror}") from None
-        try:
-            head = bytearray(HEADER_SIZE + len(key))
-            value = bytearray(loc.value_len)
-            got = os.preadv(fd, [head, value], loc.offset)
-        finally:
-            os.close(fd)
-        header = decode_header(head)
-        if (
-            got != loc.record_len
-            or header is None
-            or header.type != SET
-            or header.vlen != loc.value_len
-            or bytes(head[HEADER_SIZE:]) != key
-            or checksum(key, value) != header.vsum
-        ):
-            self.corrupt_reads += 1
-            raise CorruptRecord(f"record at segment {loc.segment} offset {loc.offset} failed verification")
-        return value
-
-    def _wait_written(self, position: tuple[int, int]) -> asyncio.Future[None]:
+            ok = False
+            self.logger.warning("sealing %s failed (%s): a restart will scan it", seg.path.name, exc)
         assert self._loop is not None
-        future = self._loop.create_future()
-        self._position_waiters.append((position, future))
-        return future
+        self._loop.call_soon_threadsafe(self._on_sealed, seg.id, ok)
 
-    def _wake_readers(self) -> None:
-        if not self._position_waiters:
-            return
-        keep = []
-        for position, future in self._position_waiters:
-            if position <= self._written_pos:
-                if not future.done():
-                    future.set_result(None)
+    def _on_sealed(self, seg_id: int, ok: bool) -> None:
+        seg = self._segments.get(seg_id)
+        if seg is not None and seg is not self._active and seg_id not in self._retiring:
+            seg.ready = True
+
+    def retire(self, segs: list[Segment]) -> asyncio.Future[None]:
+        """Unlink segments (maintenance thread), then forget them; fds close once no read uses them."""
+        assert self._loop is not None and self._maint is not None
+        for seg in segs:
+            self._retiring.add(seg.id)
+            seg.ready = False
+
+        def unlink() -> None:
+            for seg in sorted(segs, key=lambda s: s.id):
+                for path in (seg.hint_path, seg.path):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(path)
+            with contextlib.suppress(OSError):
+                fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+
+        fut = self._loop.run_in_executor(self._maint, unlink)
+
+        def forget(_: Any) -> None:
+            for seg in segs:
+                self._retiring.discard(seg.id)
+                if self._segments.get(seg.id) is seg:
+                    del self._segments[seg.id]
+                seg.doomed = True
+                self._maybe_close(seg)
+
+        fut.add_done_callback(forget)
+        return fut
+
+    def _maybe_close(self, seg: Segment) -> None:
+        if seg.doomed and seg.readers == 0 and not seg.closed:
+            if self._readers is not None and not self._closed:
+                seg.closed = True  # no new reads will start; close off the loop (freeing blocks can take a while)
+                fd, seg.fd = seg.fd, -1
+                self._readers.submit(os.close, fd)
             else:
-                keep.append((position, future))
-        self._position_waiters = keep
+                seg.close_fd()
 
-    # -- maintenance: disk budget and compaction -------------------------------------------------------------
+    # -- reads -------------------------------------------------------------------------------------------------
+
+    def _written(self, loc: Location) -> bool:
+        return loc.segment < self._w_seg or (loc.segment == self._w_seg and loc.offset + loc.record_len <= self._w_end)
+
+    async def read_value(self, key: bytes, loc: Location) -> bytes | bytearray:
+        while not self._written(loc):
+            fut = self.barrier()
+            if fut is None:
+                break
+            try:
+                await fut
+            except PersistError:
+                self.corrupt_reads += 1
+                raise CorruptRecord(f"record {loc} was never written: {self._misconf}") from None
+        seg = self._segments.get(loc.segment)
+        if seg is None or seg.fd < 0 or seg.closed or loc.offset + loc.record_len > seg.size:
+            self.corrupt_reads += 1
+            raise CorruptRecord(f"segment {loc.segment} no longer holds {loc}")
+        assert self._loop is not None
+        seg.readers += 1
+        try:
+            return await self._loop.run_in_executor(self._readers, _read_record, seg.fd, key, loc)
+        except CorruptRecord:
+            self.corrupt_reads += 1
+            raise
+        finally:
+            seg.readers -= 1
+            self._maybe_close(seg)
+
+    # -- maintenance -------------------------------------------------------------------------------------------
+
+    def _tick(self) -> None:
+        self._tick_handle = None
+        if self._closing or self._loop is None:
+            return
+        try:
+            if self.job is None and self._misconf is None:
+                self.job = maintenance.pick_job(self)
+                if self.job is not None:
+                    task = self._loop.create_task(maintenance.run_job(self, self.job))
+                    self.job.task = task
+                    task.add_done_callback(self._job_done)
+        finally:
+            self._tick_handle = self._loop.call_later(TICK_INTERVAL, self._tick)
+
+    def _job_done(self, task: asyncio.Task[None]) -> None:
+        self.job = None
+        if not task.cancelled() and task.exception() is not None:
+            self.logger.error("segment maintenance failed", exc_info=task.exception())
 
     def disk_bytes(self) -> int:
-        return sum(self._sizes.values())
+        return sum(s.size for s in self._segments.values())
 
-    async def _maintain(self) -> None:
-        while not self._closing:
-            await asyncio.sleep(0.5)
-            try:
-                if self._misconf:
-                    continue
-                victim = self._pick_victim()
-                if victim is not None:
-                    seg, over_budget = victim
-                    await self._evacuate(seg, drop_cold=over_budget)
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # maintenance must never take the server down
-                self.log.exception("disk maintenance failed; will retry")
-                await asyncio.sleep(5)
-
-    def _pick_victim(self) -> tuple[int, bool] | None:
-        sealed = sorted(s for s in self._sealed if s in self._sizes and s not in self._doomed)
-        if not sealed:
-            return None
-        if self.max_disk and self.disk_bytes() > self.max_disk:
-            return sealed[0], True
-        best, ratio = None, 0.0
-        for seg in sealed:
-            size = self._sizes[seg] - FILE_HEADER_SIZE
-            if size <= 0:
-                continue
-            dead = 1.0 - max(self._live.get(seg, 0), 0) / size
-            if dead >= self.compaction_dead_ratio and dead > ratio:
-                best, ratio = seg, dead
-        return (best, False) if best is not None else None
-
-    async def _evacuate(self, seg: int, drop_cold: bool) -> None:
-        """Move what is still needed out of sealed segment ``seg``, then delete it."""
-        assert self._owner is not None
-        owner = self._owner
-        size = self._sizes[seg]
-        entries = await asyncio.to_thread(self._entries_of, seg, size)
-        older_exists = any(s < seg for s in self._sizes)
-        moved = 0
-        for i, e in enumerate(entries):
-            if i % 64 == 63:
-                await asyncio.sleep(0)  # let clients in
-            if self._misconf or self._closing:
-                return
-            if e.type == SET:
-                loc = Location(seg, e.offset, e.record_len, e.value_len)
-                if owner.live_expire(e.key, loc) is None:
-                    continue
-                value = owner.hot_value(e.key, loc)
-                if value is None:
-                    if drop_cold:
-                        owner.dropped(e.key, loc)
-                        self.disk_evictions += 1
-                        continue
-                    try:
-                        value = await self.read_value(e.key, loc)
-                    except CorruptRecord:
-                        owner.lost(e.key, loc)
-                        continue
-                expire = owner.live_expire(e.key, loc)
-                if expire is None:
-                    continue
-                new = self.append_set(e.key, value, expire)
-                self.mark_dead(loc)
-                owner.relocated(e.key, loc, new)
-                moved += e.record_len
-            elif e.type in (DEL, EXPIRE) and older_exists:
-                current = owner.current_record(e.key)
-                if current is None:
-                    self.append_delete(e.key)
-                elif current[0] is not None and current[0].segment < seg:
-                    self.append_expire(e.key, current[1])
-        try:
-            await self._sync_barrier()
-        except PersistError:
-            return
-        self._sealed.discard(seg)
-        self._unlink_segment(seg)
-        self.compactions += 1
-        self.compacted_bytes += size
-        self.carried_forward += moved
-        self.log.info(
-            "%s segment %d: %d bytes freed, %d live bytes carried forward",
-            "disk budget dropped" if drop_cold else "compacted",
-            seg,
-            size,
-            moved,
-        )
-
-    def _entries_of(self, seg: int, size: int) -> list[HintEntry]:
-        entries = read_hint(self.directory, seg, size)
-        if entries is None:
-            entries = scan(segment_path(self.directory, seg), seg).entries
-        return entries
-
-    def _unlink_segment(self, seg: int) -> None:
-        for path in (segment_path(self.directory, seg), hint_path(self.directory, seg)):
-            try:
-                path.unlink()
-            except FileNotFoundError:
-                pass
-            except OSError as exc:
-                if exc.errno != errno.ENOENT:
-                    self.log.warning("could not delete %s: %s", path, exc.strerror)
-        self._sizes.pop(seg, None)
-        self._live.pop(seg, None)
-        self._sealed.discard(seg)
-        if self._readers.get(seg):
-            self._doomed.add(seg)  # open descriptors keep working; forget it when they finish
-
-    # -- shutdown --------------------------------------------------------------------------------------------
+    # -- shutdown ----------------------------------------------------------------------------------------------
 
     async def close(self) -> None:
+        if self._closed:
+            return
+        if self._loop is None:  # recovered but never started
+            self._close_files()
+            return
         self._closing = True
-        if self._maintenance is not None:
-            self._maintenance.cancel()
-            try:
-                await self._maintenance
-            except (asyncio.CancelledError, Exception):
-                pass
-        if self._writer is not None:
-            await asyncio.to_thread(self._writer.stop)
+        for handle in (self._tick_handle, self._probe_handle):
+            if handle is not None:
+                handle.cancel()
+        job = self.job
+        if job is not None and job.task is not None:
+            job.aborted = True
+            job.task.cancel()
+            with contextlib.suppress(BaseException):
+                await job.task
+        assert self._writer is not None and self._maint is not None
+        stopped: asyncio.Future[bool] = self._loop.create_future()
+        self._submit()
+        self._writer.submit([(OP_STOP, lambda ok: stopped.done() or stopped.set_result(ok))])
+        await stopped
+        if self._syncer is not None:
+            self._syncer.stop_event.set()
+        await asyncio.to_thread(self._join_threads)
+        err = PersistError(self._misconf or MISCONF_PREFIX + "log closed")
+        while self._barriers:  # only possible after a failure
+            _, fut = self._barriers.popleft()
+            if not fut.done():
+                fut.set_exception(err)
+        self._close_files()
+
+    def _join_threads(self) -> None:
+        assert self._writer is not None and self._maint is not None and self._readers is not None
+        self._writer.join()
+        if self._syncer is not None:
+            self._syncer.join()
+        self._maint.shutdown(wait=True)
+        self._readers.shutdown(wait=True)
+
+    def _close_files(self) -> None:
+        self._closed = True
+        for seg in self._segments.values():
+            seg.close_fd()
+        self._release_lock()
+
+    def _release_lock(self) -> None:
         if self._lock_fd >= 0:
-            os.close(self._lock_fd)
+            os.close(self._lock_fd)  # closing drops the flock
             self._lock_fd = -1
 
-    # -- INFO ------------------------------------------------------------------------------------------------
+    # -- introspection -----------------------------------------------------------------------------------------
+
+    def inject_fault(self, exc: OSError | None) -> None:
+        """Test hook: make every write and fsync of the writer thread raise ``exc`` (None: stop)."""
+        assert self._writer is not None
+        self._writer.fault = exc
 
     def stats(self) -> dict[str, int | float | str]:
         w = self._writer
-        live = sum(max(v, 0) for v in self._live.values())
+        live = sum(s.live for s in self._segments.values())
         disk = self.disk_bytes()
         return {
-            "aof_last_write_status": "err" if self._misconf else "ok",
-            "segments": len(self._sizes),
+            "segments": len(self._segments),
+            "active_segment": self._active.id if self._active is not None else 0,
             "disk_bytes": disk,
             "live_bytes": live,
-            "dead_bytes": max(disk - live - FILE_HEADER_SIZE * len(self._sizes), 0),
-            "max_disk": self.max_disk,
-            "pending_records": self._lsn - self._written_lsn,
-            "write_batches": w.batches if w else 0,
-            "records_written": w.records if w else 0,
+            "dead_bytes": max(0, disk - live),
+            "pending_bytes": self._pending_bytes,
+            "appended_records": self.appended_records,
+            "appended_bytes": self.appended_bytes,
+            "write_batches": w.write_batches if w else 0,
+            "writev_calls": w.writev_calls if w else 0,
             "bytes_written": w.bytes_written if w else 0,
             "fsyncs": w.fsyncs if w else 0,
-            "delayed_fsync": w.delayed_fsyncs if w else 0,
-            "last_fsync_seconds_ago": round(time.time() - w.last_fsync, 3) if w else 0,
-            "write_errors": w.write_errors if w else 0,
+            "last_fsync_ms_ago": int((time.monotonic() - w.last_fsync) * 1000) if w else 0,
+            "delayed_fsyncs": self._syncer.delayed_fsyncs if self._syncer else 0,
             "compactions": self.compactions,
             "compacted_bytes": self.compacted_bytes,
-            "carried_forward_bytes": self.carried_forward,
             "disk_evictions": self.disk_evictions,
             "corrupt_reads": self.corrupt_reads,
+            "write_errors": w.write_errors if w else 0,
+            "lost_records": self.lost_records,
+            "aof_last_write_status": "err" if self._misconf else "ok",
+            "rewrite_in_progress": 1 if self.job is not None else 0,
         }
+
+
+def _read_record(fd: int, key: bytes, loc: Location) -> bytearray:
+    """Runs in the read pool: one preadv straight into the value's final buffer, then verification."""
+    if loc.record_len != HDR_SIZE + len(key) + loc.value_len:
+        raise CorruptRecord(f"location {loc} does not fit key of {len(key)} bytes")
+    head = bytearray(HDR_SIZE)
+    kbuf = bytearray(len(key))
+    value = bytearray(loc.value_len)
+    try:
+        n = read_exact_into(fd, [memoryview(head), memoryview(kbuf), memoryview(value)], loc.offset)
+    except OSError as exc:
+        raise CorruptRecord(f"reading {loc} failed: {exc.strerror}") from None
+    if n != loc.record_len:
+        raise CorruptRecord(f"short read at {loc}: {n} bytes")
+    fields = decode_header(head)
+    if fields is None:
+        raise CorruptRecord(f"bad record header at {loc}")
+    rtype, klen, vlen, _expire, _lsn, csum = fields
+    if rtype != SET or klen != len(key) or vlen != loc.value_len:
+        raise CorruptRecord(f"record at {loc} is not a SET of this key")
+    if kbuf != key:
+        raise CorruptRecord(f"record at {loc} belongs to another key")
+    h = xxhash.xxh3_64()
+    h.update(kbuf)
+    h.update(value)
+    if h.intdigest() != csum:
+        raise CorruptRecord(f"checksum mismatch at {loc}")
+    return value

@@ -1,61 +1,145 @@
-"""Rebuilding the key index from the segment files at start-up.
+"""Startup: lock the directory, rebuild the key index from the segments, repair the torn tail.
 
-Order of work: every segment in id order; a sealed segment through its hint file when the hint is valid (no
-value is read), otherwise by a verifying scan; the last segment always by a verifying scan, because it may end
-in a torn write. Records are applied in log order (later wins): SET installs a location, DEL removes, EXPIRE
-changes the deadline of the current record, FLUSH forgets everything before it. Keys whose deadline has passed
-are left out. A torn tail of the last segment is cut off with ``ftruncate`` (and fsynced) so new appends start
-on a clean boundary; a corrupt record anywhere else is skipped and counted, and never served.
+Segments are processed in id order. A sealed segment with a valid hint file (its trailing hash checks and it
+covers exactly the segment's current size) is folded from the hint alone: no value is read, so a restart costs
+O(keys), not O(bytes). Every other segment is scanned through an mmap with every payload checksum verified;
+corrupt regions are skipped with a warning (resync on the next valid header, like Bitcask) and, for sealed
+segments, a fresh hint is written so the next restart is fast again.
 
-Whether appends continue in the last segment or in a new one: a last segment that already has a valid hint
-(kvd closed cleanly and sealed it, or it crashed right after sealing) stays sealed and a new segment is
-started; otherwise appends continue after the last good record.
+The last segment is the one that was being appended to. Its torn tail (a record cut by a crash, or garbage
+after the last good record) is physically truncated with ftruncate + fsync, like Redis' ``aof-load-truncated
+yes``, so later appends never sit behind garbage. Appends then continue *in that same segment* while it has
+room (so restarts do not leave a trail of small segments). One exception to "the last segment is scanned": a
+clean ``close()`` fsyncs it and writes its hint, and a valid hint (its hash checks and it covers exactly the
+file's size) proves that, so the restart folds the hint and reads no values at all. The hint is deleted before
+appends resume, since the next append makes it stale (a stale hint would be rejected by its size anyway).
+
+Records are applied in LSN order (see ``record.py``): later wins; DEL removes an older SET; EXPIRE changes the
+TTL of an older SET; FLUSH removes every older SET. Keys whose TTL passed are left out (their records count as
+dead). The per-segment live byte counts and key hashes that maintenance needs are rebuilt from the final index.
+
+Trade-off: corruption in the *middle* of the active segment is skipped rather than fatal (Redis refuses to
+start); kvd is a cache, so serving everything that verifies beats refusing to start.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import mmap
 import os
+import resource
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .record import DEL, EXPIRE, FILE_HEADER_SIZE, FLUSH, SET, Location
-from .segment import HintEntry, fsync_dir, hint_path, list_segments, read_hint, scan, segment_path
+from .base import Location, PersistError, RecoveryReport
+from .record import DEL, EXPIRE, FILE_HDR_SIZE, FLUSH, SET, Record, decode_file_header, encode_file_header, scan
+from .segment import Segment, fsync_dir, read_hint, write_hint
 
-
-@dataclass
-class RecoveryReport:
-    keys: int = 0
-    bytes: int = 0  # bytes of segment files processed
-    seconds: float = 0.0
-    segments: int = 0
-    hint_files_used: int = 0
-    skipped_records: int = 0
-    skipped_bytes: int = 0
-    truncated_bytes: int = 0
-    expired_dropped: int = 0
-    warnings: list[str] = field(default_factory=list)
+State = dict[bytes, tuple[Location, int, int, int]]  # key -> (loc, expire, set_lsn, expire_lsn)
 
 
 @dataclass
 class Recovered:
-    index: dict[bytes, tuple[Location, int]]
-    sizes: dict[int, int]  # segment id -> file size
-    live: dict[int, int]  # segment id -> live bytes
-    active: int  # segment to append to
-    active_offset: int
-    active_entries: list[HintEntry]
-    create_active: bool
-    flushed_before: int  # segments below this id are wholly dead (an earlier FLUSH), safe to delete
+    keys: dict[bytes, tuple[Location, int]]
     report: RecoveryReport
+    segments: dict[int, Segment] = field(default_factory=dict)
+    active: Segment | None = None
+    tail: int = FILE_HDR_SIZE
+    next_lsn: int = 1
 
 
-def recover(directory: Path, now_ms: int, progress: Callable[[int, int], None] | None = None) -> Recovered:
+def lock_directory(directory: Path) -> int:
+    path = directory / "LOCK"
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise PersistError(f"cannot open lock file {path}: {exc.strerror}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        try:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+        except OSError:
+            holder = "?"
+        os.close(fd)
+        raise PersistError(f"{directory} is in use by another kvd process (pid {holder} holds {path})") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
+def _raise_fd_limit(needed: int) -> None:
+    with contextlib.suppress(ValueError, OSError):
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != resource.RLIM_INFINITY and soft < needed + 256:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def create_segment(directory: Path, seg_id: int) -> Segment:
+    seg = Segment(directory, seg_id)
+    fd = os.open(seg.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.pwrite(fd, encode_file_header(seg_id), 0)
+    os.fdatasync(fd)
+    fsync_dir(directory)
+    seg.fd = fd
+    return seg
+
+
+def apply(state: State, records: list[Record], seg_id: int, flush_lsn: list[int]) -> State:
+    for r in records:
+        t = r.rtype
+        lsn = r.lsn
+        if t == SET:
+            cur = state.get(r.key)
+            if (cur is None or cur[2] < lsn) and lsn > flush_lsn[0]:
+                state[r.key] = (Location(seg_id, r.offset, r.record_len, r.value_len), r.expire, lsn, lsn)
+        elif t == DEL:
+            cur = state.get(r.key)
+            if cur is not None and cur[2] < lsn:
+                del state[r.key]
+        elif t == EXPIRE:
+            cur = state.get(r.key)
+            if cur is not None and cur[2] < lsn and cur[3] < lsn:
+                state[r.key] = (cur[0], r.expire, cur[2], lsn)
+        elif t == FLUSH and lsn > flush_lsn[0]:
+            flush_lsn[0] = lsn
+            state = {k: v for k, v in state.items() if v[2] > lsn}
+    return state
+
+
+def recover(
+    directory: Path,
+    segment_size: int,
+    now_ms: int,
+    progress: Callable[[int, int], None] | None,
+    logger_warn: Callable[[str], None],
+) -> Recovered:
     started = time.monotonic()
     report = RecoveryReport()
-    ids = list_segments(directory)
-    sizes = {seg: segment_path(directory, seg).stat().st_size for seg in ids}
+
+    def warn(msg: str) -> None:
+        report.warnings.append(msg)
+        logger_warn(msg)
+
+    seg_ids: list[int] = []
+    hints: set[int] = set()
+    for name in os.listdir(directory):
+        stem, _, ext = name.partition(".")
+        if ext.endswith("tmp"):
+            with contextlib.suppress(OSError):
+                os.unlink(directory / name)
+        elif ext in ("seg", "hint") and stem.isdigit():
+            (seg_ids.append if ext == "seg" else hints.add)(int(stem))
+    seg_ids.sort()
+    for orphan in hints - set(seg_ids):  # the segment was unlinked before its hint
+        with contextlib.suppress(OSError):
+            os.unlink(directory / f"{orphan:010d}.hint")
+    _raise_fd_limit(len(seg_ids))
+
+    sizes = {sid: os.stat(directory / f"{sid:010d}.seg").st_size for sid in seg_ids}
     total = sum(sizes.values())
     done = 0
 
@@ -65,76 +149,114 @@ def recover(directory: Path, now_ms: int, progress: Callable[[int, int], None] |
         if progress is not None:
             progress(done, total)
 
-    index: dict[bytes, tuple[Location, int]] = {}
-    flushed_before = 0
-    active, active_offset, active_entries, create_active = (ids[-1] + 1 if ids else 1), FILE_HEADER_SIZE, [], True
-    for position, seg in enumerate(ids):
-        is_last = position == len(ids) - 1
-        entries = read_hint(directory, seg, sizes[seg])
-        if entries is not None:
+    state: State = {}
+    flush_lsn = [0]
+    max_lsn = 0
+    segments: dict[int, Segment] = {}
+    last_unsealed = False
+    for i, sid in enumerate(seg_ids):
+        last = i == len(seg_ids) - 1
+        seg = Segment(directory, sid)
+        seg.fd = os.open(seg.path, os.O_RDWR if last else os.O_RDONLY)
+        size = sizes[sid]
+        records = read_hint(seg, size) if sid in hints else None
+        if records is not None:
             report.hint_files_used += 1
-            advance(sizes[seg])
-            if is_last:  # sealed already: keep it sealed and start a new segment
-                active, create_active = seg + 1, True
+            advance(size)
+            last_unsealed = last  # a clean close indexed it; appends may still continue in it
         else:
-            if hint_path(directory, seg).exists():
-                report.warnings.append(f"segment {seg}: hint file is corrupt or stale; scanned the segment instead")
-            before = done
-            result = scan(segment_path(directory, seg), seg, advance)
-            advance(sizes[seg] - (done - before))
-            entries = result.entries
-            if not result.header_ok:
-                report.warnings.append(f"segment {seg}: bad file header; its {sizes[seg]} bytes are ignored")
-            if result.skipped_records:
-                report.skipped_records += result.skipped_records
-                report.skipped_bytes += result.skipped_bytes
-                report.warnings.append(
-                    f"segment {seg}: skipped {result.skipped_records} corrupt region(s), {result.skipped_bytes} bytes"
-                )
-            if is_last and result.header_ok:
-                if result.torn_bytes:
-                    _truncate(segment_path(directory, seg), result.good_end)
-                    report.truncated_bytes += result.torn_bytes
-                    report.warnings.append(
-                        f"segment {seg}: truncated a torn tail of {result.torn_bytes} bytes at offset {result.good_end}"
+            if sid in hints:
+                warn(f"hint file {seg.hint_path.name} is invalid; scanning {seg.path.name}")
+            head_ok = size >= FILE_HDR_SIZE and decode_file_header(os.pread(seg.fd, FILE_HDR_SIZE, 0)) == sid
+            if not head_ok:
+                warn(f"{seg.path.name}: bad or torn file header")
+            if size > FILE_HDR_SIZE:
+                with mmap.mmap(seg.fd, size, prot=mmap.PROT_READ) as mm:
+                    res = scan(mm, FILE_HDR_SIZE, size, verify=True, progress=advance)
+                advance(size - (res.good_end - FILE_HDR_SIZE))  # the scan reported the good part
+            else:
+                res = scan(b"", 0, 0)
+                advance(size)
+            records = res.records
+            for off, length in res.skipped:
+                warn(f"{seg.path.name}: skipped {length} corrupt bytes at offset {off}")
+            report.skipped_records += len(res.skipped)
+            good_end = max(res.good_end, FILE_HDR_SIZE)
+            if last:
+                if not head_ok and not records:
+                    # Crashed while creating it: start the file over.
+                    report.truncated_bytes += size
+                    os.ftruncate(seg.fd, 0)
+                    os.pwrite(seg.fd, encode_file_header(sid), 0)
+                    os.fdatasync(seg.fd)
+                    size = FILE_HDR_SIZE
+                    warn(f"{seg.path.name}: rewrote a torn segment file ({sizes[sid]} bytes)")
+                elif good_end < size:
+                    warn(
+                        f"!!! truncating the torn tail of {seg.path.name} at offset {good_end} "
+                        f"({size - good_end} bytes)"
                     )
-                    sizes[seg] = result.good_end
-                active, active_offset, active_entries, create_active = seg, result.good_end, entries, False
-            elif result.torn_bytes:
-                report.skipped_records += 1
-                report.skipped_bytes += result.torn_bytes
-                report.warnings.append(f"segment {seg}: {result.torn_bytes} unreadable bytes at its end were skipped")
-        for e in entries:
-            if e.type == SET:
-                index[e.key] = (Location(seg, e.offset, e.record_len, e.value_len), e.expire_at)
-            elif e.type == DEL:
-                index.pop(e.key, None)
-            elif e.type == EXPIRE:
-                current = index.get(e.key)
-                if current is not None:
-                    index[e.key] = (current[0], e.expire_at)
-            elif e.type == FLUSH:
-                index.clear()
-                flushed_before = seg
-    expired = [k for k, (_loc, exp) in index.items() if exp and exp <= now_ms]
-    for key in expired:
-        del index[key]
-    live = dict.fromkeys(ids, 0)
-    for loc, _exp in index.values():
-        live[loc.segment] += loc.record_len
-    report.expired_dropped = len(expired)
-    report.keys = len(index)
+                    report.truncated_bytes += size - good_end
+                    os.ftruncate(seg.fd, good_end)
+                    os.fdatasync(seg.fd)
+                    size = good_end
+                last_unsealed = True
+            else:
+                if good_end < size:
+                    report.skipped_records += 1
+                    warn(f"{seg.path.name}: ignored {size - good_end} corrupt trailing bytes at offset {good_end}")
+                try:
+                    write_hint(seg, size, records)
+                except OSError as exc:
+                    warn(f"could not rewrite hint for {seg.path.name}: {exc.strerror}")
+        for r in records:
+            if r.lsn > max_lsn:
+                max_lsn = r.lsn
+        state = apply(state, records, sid, flush_lsn)
+        seg.size = size
+        seg.set_keys = {hash(r.key) for r in records if r.rtype == SET}
+        segments[sid] = seg
+
+    keys: dict[bytes, tuple[Location, int]] = {}
+    for key, (loc, expire, _, _) in state.items():
+        if expire and expire <= now_ms:
+            report.expired_keys += 1
+            continue
+        keys[key] = (loc, expire)
+        segments[loc.segment].live += loc.record_len
+        report.live_bytes += loc.record_len
+
+    # Choose where appends continue (see the module docstring).
+    active: Segment | None = None
+    if seg_ids and last_unsealed:
+        cand = segments[seg_ids[-1]]
+        if cand.size < segment_size:
+            active = cand
+            with contextlib.suppress(FileNotFoundError):  # its index goes stale with the next append
+                os.unlink(cand.hint_path)
+        else:
+            try:
+                write_hint(cand, cand.size, _records_for_hint(cand))
+            except OSError as exc:
+                warn(f"could not write hint for {cand.path.name}: {exc.strerror}")
+    if active is None:
+        try:
+            active = create_segment(directory, (seg_ids[-1] + 1) if seg_ids else 1)
+        except OSError as exc:
+            raise PersistError(f"cannot create a segment in {directory}: {exc.strerror}") from None
+        segments[active.id] = active
+    for seg in segments.values():
+        if seg is not active:
+            seg.sealed = seg.ready = True
+
+    report.keys = len(keys)
     report.bytes = total
-    report.segments = len(ids)
+    report.segments = len(segments)
     report.seconds = time.monotonic() - started
-    return Recovered(index, sizes, live, active, active_offset, active_entries, create_active, flushed_before, report)
+    return Recovered(keys, report, segments, active, active.size, max_lsn + 1)
 
 
-def _truncate(path: Path, size: int) -> None:
-    fd = os.open(path, os.O_WRONLY)
-    try:
-        os.ftruncate(fd, size)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    fsync_dir(path.parent)
+def _records_for_hint(seg: Segment) -> list[Record]:
+    from .segment import scan_headers
+
+    return scan_headers(seg.fd, seg.size)

@@ -1,91 +1,151 @@
-"""Segment files and their hint files: naming, scanning with verification, and the sealed-segment index.
+"""Segment files and their hint (index) files.
 
-A segment (``0000000042.seg``) is appended to until it reaches ``segment-size``, then sealed: fsynced, never
-written again, and given a hint file (``0000000042.hint``) listing every record's type, key, offset, lengths
-and deadline. Restart reads the hint instead of the segment, so it costs O(keys), not O(bytes of values). A
-hint ends with an xxh3 of its contents and names the segment size it describes; a hint that fails either check
-is ignored and the segment is scanned instead (the Bitcask rule: a hint is an optimisation, never the truth).
+A segment ``<id:010d>.seg`` is appended to until it reaches ``segment_size``, then sealed: fsynced, never written
+again, and given a hint file ``<id:010d>.hint`` that lists every record (type, key, offset, lengths, expire, LSN)
+so a restart folds the index without reading any value (Bitcask's hint files). The hint is written to a ``.tmp``
+file, fsynced, renamed over, and the directory fsynced, so a crash leaves either no hint or a complete one; it
+ends with an xxh3_64 of its whole content and records the data length it covers, so a hint that is corrupt,
+truncated or does not match its segment's size is ignored (the segment is scanned instead).
 
-``scan()`` walks a segment verifying every header and checksum. On a bad record it searches forward for the
-next valid one (a header whose crc checks and whose payload checksum matches); what lies between is skipped
-and counted. If no valid record follows, the bad bytes are a torn tail and ``scan`` reports where the good
-data ends, so the caller can truncate the active segment there.
+Hint layout: header ``magic | u16 version | u16 reserved | u64 segment id | u64 data_len | u64 count``, then per
+record ``u8 type | u32 klen | u64 offset | u64 record_len | u32 value_len | i64 expire | u64 lsn | key``, then an
+u64 xxh3_64 of everything before it.
+
+The hint is built by walking the sealed segment's record headers (no payload hashing: the writer produced
+them a moment ago), so the writer keeps no per-record state in RAM while it appends.
+
+One fd per segment, opened O_RDWR for the active one and O_RDONLY for sealed ones, serves every pread. It is
+closed only when the segment has been unlinked *and* no read is in flight (``Segment.readers``), so a GET that
+raced with compaction still reads the old, intact bytes.
 """
 
 from __future__ import annotations
 
+import contextlib
+import mmap
 import os
 import struct
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import xxhash
 
-from .record import FILE_HEADER_SIZE, HEADER_SIZE, MAGIC, SET, Header, checksum, decode_file_header, decode_header
+from .record import FILE_HDR_SIZE, Record, scan
 
-SEG_SUFFIX = ".seg"
-HINT_SUFFIX = ".hint"
-HINT_MAGIC = b"KVDHINT1"
-_HINT_HEAD = struct.Struct("<8sQQQ")  # magic, segment id, segment size, entry count
-_HINT_ENTRY = struct.Struct("<BIQQQq")  # type, klen, offset, record_len, vlen, expire_at
-_RESYNC_CHUNK = 1 << 20
+HINT_MAGIC = b"KVDHINT\n"
+_HINT_HDR = struct.Struct("<8sHHQQQ")
+_HINT_ENT = struct.Struct("<BIQQIqQ")
+_U64 = struct.Struct("<Q")
 
 
-def segment_path(directory: Path, segment: int) -> Path:
-    return directory / f"{segment:010d}{SEG_SUFFIX}"
+def seg_name(seg_id: int) -> str:
+    return f"{seg_id:010d}.seg"
 
 
-def hint_path(directory: Path, segment: int) -> Path:
-    return directory / f"{segment:010d}{HINT_SUFFIX}"
+def hint_name(seg_id: int) -> str:
+    return f"{seg_id:010d}.hint"
 
 
-def list_segments(directory: Path) -> list[int]:
-    ids = []
-    for entry in directory.iterdir():
-        if entry.suffix == SEG_SUFFIX and entry.stem.isdigit():
-            ids.append(int(entry.stem))
-    return sorted(ids)
+class Segment:
+    """Loop-side bookkeeping for one segment file (threads only read ``fd``/``path``)."""
 
+    __slots__ = (
+        "closed",
+        "doomed",
+        "fd",
+        "hint_path",
+        "id",
+        "live",
+        "path",
+        "readers",
+        "ready",
+        "sealed",
+        "set_keys",
+        "size",
+    )
 
-@dataclass(slots=True)
-class HintEntry:
-    type: int
-    key: bytes
-    offset: int
-    record_len: int
-    value_len: int
-    expire_at: int
+    def __init__(self, directory: Path, seg_id: int, size: int = FILE_HDR_SIZE) -> None:
+        self.id = seg_id
+        self.path = directory / seg_name(seg_id)
+        self.hint_path = directory / hint_name(seg_id)
+        self.fd = -1
+        self.size = size  # bytes allocated to records so far (== file size once written)
+        self.live = 0  # bytes of SET records the keyspace still points at
+        self.sealed = False  # no more appends
+        self.ready = False  # sealed and its hint written: a candidate for compaction / eviction
+        self.set_keys: set[int] = set()  # hash(key) of every SET record: tombstone liveness, false positives ok
+        self.readers = 0
+        self.doomed = False  # unlinked (or about to be): close the fd once readers drop to 0
+        self.closed = False
 
+    @property
+    def dead(self) -> int:
+        return max(0, self.size - FILE_HDR_SIZE - self.live)
 
-@dataclass
-class ScanResult:
-    entries: list[HintEntry] = field(default_factory=list)
-    good_end: int = FILE_HEADER_SIZE  # end of the last valid record
-    skipped_records: int = 0  # corrupt regions skipped (each counted once)
-    skipped_bytes: int = 0
-    torn_bytes: int = 0  # bytes after good_end that hold no valid record
-    header_ok: bool = True
+    def dead_ratio(self) -> float:
+        body = self.size - FILE_HDR_SIZE
+        return self.dead / body if body > 0 else 1.0
+
+    def close_fd(self) -> None:
+        if not self.closed and self.fd >= 0:
+            self.closed = True
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
 
 
 def fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
 
 
-def write_hint(directory: Path, segment: int, segment_size: int, entries: list[HintEntry]) -> None:
-    """Write the hint atomically: tmp file, fsync, rename, fsync the directory."""
-    parts = [_HINT_HEAD.pack(HINT_MAGIC, segment, segment_size, len(entries))]
-    for e in entries:
-        parts.append(_HINT_ENTRY.pack(e.type, len(e.key), e.offset, e.record_len, e.value_len, e.expire_at))
-        parts.append(e.key)
+def encode_hint(seg_id: int, data_len: int, records: list[Record]) -> bytes:
+    parts = [_HINT_HDR.pack(HINT_MAGIC, 1, 0, seg_id, data_len, len(records))]
+    ent = _HINT_ENT.pack
+    for r in records:
+        parts.append(ent(r.rtype, len(r.key), r.offset, r.record_len, r.value_len, r.expire, r.lsn))
+        parts.append(r.key)
     body = b"".join(parts)
-    data = body + struct.pack("<Q", xxhash.xxh3_64_intdigest(body))
-    final = hint_path(directory, segment)
-    tmp = final.with_suffix(".hint.tmp")
+    return body + _U64.pack(xxhash.xxh3_64_intdigest(body))
+
+
+def decode_hint(data: bytes, seg_id: int, data_len: int) -> list[Record] | None:
+    """The records of a hint, or None if it is corrupt or describes another segment/size."""
+    if len(data) < _HINT_HDR.size + 8:
+        return None
+    if xxhash.xxh3_64_intdigest(memoryview(data)[:-8]) != _U64.unpack_from(data, len(data) - 8)[0]:
+        return None
+    magic, version, _, hid, hlen, count = _HINT_HDR.unpack_from(data, 0)
+    if magic != HINT_MAGIC or version != 1 or hid != seg_id or hlen != data_len:
+        return None
+    records: list[Record] = []
+    pos = _HINT_HDR.size
+    end = len(data) - 8
+    unpack = _HINT_ENT.unpack_from
+    size = _HINT_ENT.size
+    try:
+        for _ in range(count):
+            rtype, klen, off, rlen, vlen, expire, lsn = unpack(data, pos)
+            pos += size
+            records.append(Record(rtype, data[pos : pos + klen], off, rlen, vlen, expire, lsn))
+            pos += klen
+    except struct.error:
+        return None
+    return records if pos == end else None
+
+
+def read_hint(seg: Segment, data_len: int) -> list[Record] | None:
+    try:
+        data = seg.hint_path.read_bytes()
+    except OSError:
+        return None
+    return decode_hint(data, seg.id, data_len)
+
+
+def write_hint(seg: Segment, data_len: int, records: list[Record]) -> None:
+    tmp = seg.hint_path.with_suffix(".hint.tmp")
+    data = encode_hint(seg.id, data_len, records)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         view = memoryview(data)
@@ -94,102 +154,54 @@ def write_hint(directory: Path, segment: int, segment_size: int, entries: list[H
         os.fsync(fd)
     finally:
         os.close(fd)
-    os.replace(tmp, final)
-    fsync_dir(directory)
+    os.replace(tmp, seg.hint_path)
+    fsync_dir(seg.path.parent)
 
 
-def read_hint(directory: Path, segment: int, segment_size: int) -> list[HintEntry] | None:
-    """The hint's entries, or None if it is missing, corrupt or describes another size of segment."""
-    try:
-        data = hint_path(directory, segment).read_bytes()
-    except OSError:
-        return None
-    if len(data) < _HINT_HEAD.size + 8:
-        return None
-    body, (digest,) = data[:-8], struct.unpack("<Q", data[-8:])
-    if xxhash.xxh3_64_intdigest(body) != digest:
-        return None
-    magic, seg, size, count = _HINT_HEAD.unpack_from(body)
-    if magic != HINT_MAGIC or seg != segment or size != segment_size:
-        return None
-    entries = []
-    pos = _HINT_HEAD.size
-    try:
-        for _ in range(count):
-            rtype, klen, offset, record_len, vlen, expire_at = _HINT_ENTRY.unpack_from(body, pos)
-            pos += _HINT_ENTRY.size
-            key = body[pos : pos + klen]
-            pos += klen
-            entries.append(HintEntry(rtype, key, offset, record_len, vlen, expire_at))
-    except struct.error:
-        return None
-    return entries if pos == len(body) else None
+def scan_headers(fd: int, data_len: int) -> list[Record]:
+    """Walk the record headers of a segment that is known good (just written), without hashing payloads."""
+    if data_len <= FILE_HDR_SIZE:
+        return []
+    with mmap.mmap(fd, data_len, prot=mmap.PROT_READ) as mm:
+        return scan(mm, FILE_HDR_SIZE, data_len, verify=False).records
 
 
-def _read_record(fd: int, offset: int, size: int) -> tuple[Header, bytes] | None:
-    """Verify the record at ``offset``; its header and key if it is whole and its checksum matches."""
-    raw = os.pread(fd, HEADER_SIZE, offset)
-    if len(raw) < HEADER_SIZE:
-        return None
-    header = decode_header(raw)
-    if header is None or offset + header.record_len > size:
-        return None
-    key = os.pread(fd, header.klen, offset + HEADER_SIZE)
-    value = bytearray(header.vlen)
-    if header.vlen and os.preadv(fd, [value], offset + HEADER_SIZE + header.klen) != header.vlen:
-        return None
-    if len(key) != header.klen or checksum(key, value) != header.vsum:
-        return None
-    return header, key
+def list_records(seg: Segment) -> list[Record]:
+    """Every record of a sealed segment: from its hint, else by walking headers (verifying payloads then,
+    since without a hint the segment may be one that recovery found damaged)."""
+    size = os.fstat(seg.fd).st_size
+    records = read_hint(seg, size)
+    if records is not None:
+        return records
+    if size <= FILE_HDR_SIZE:
+        return []
+    with mmap.mmap(seg.fd, size, prot=mmap.PROT_READ) as mm:
+        return scan(mm, FILE_HDR_SIZE, size, verify=True).records
 
 
-def _resync(fd: int, start: int, size: int) -> int | None:
-    """The offset of the next valid record after ``start``, or None."""
-    pos = start
-    while pos < size:
-        chunk = os.pread(fd, _RESYNC_CHUNK + len(MAGIC), pos)
-        at = chunk.find(MAGIC, 1 if pos == start else 0)
-        while at >= 0:
-            if _read_record(fd, pos + at, size) is not None:
-                return pos + at
-            at = chunk.find(MAGIC, at + 1)
-        pos += _RESYNC_CHUNK
-    return None
+def seal(seg: Segment, data_len: int, do_fsync: bool = True) -> None:
+    """Make a segment immutable on disk: fsync it, then write its hint."""
+    if do_fsync:
+        os.fdatasync(seg.fd)
+    write_hint(seg, data_len, scan_headers(seg.fd, data_len))
 
 
-def scan(path: Path, segment: int, progress: Callable[[int], None] | None = None) -> ScanResult:
-    """Read every record of a segment, verifying checksums; see the module docstring."""
-    result = ScanResult()
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        size = os.fstat(fd).st_size
-        if decode_file_header(os.pread(fd, FILE_HEADER_SIZE, 0)) != segment:
-            result.header_ok = False
-            result.good_end = 0
-            result.torn_bytes = size
-            return result
-        pos = FILE_HEADER_SIZE
-        while pos < size:
-            found = _read_record(fd, pos, size)
-            if found is None:
-                nxt = _resync(fd, pos, size)
-                if nxt is None:
-                    result.torn_bytes = size - pos
-                    break
-                result.skipped_records += 1
-                result.skipped_bytes += nxt - pos
-                pos = nxt
-                continue
-            header, key = found
-            result.entries.append(HintEntry(header.type, key, pos, header.record_len, header.vlen, header.expire_at))
-            pos += header.record_len
-            result.good_end = pos
-            if progress is not None:
-                progress(header.record_len)
-    finally:
-        os.close(fd)
-    return result
-
-
-def iter_sets(entries: list[HintEntry]) -> Iterator[HintEntry]:
-    return (e for e in entries if e.type == SET)
+def read_exact_into(fd: int, bufs: list[memoryview], offset: int) -> int:
+    """preadv until every buffer is full or EOF; returns bytes read."""
+    total = 0
+    bufs = [b for b in bufs if len(b)]
+    while bufs:
+        n = os.preadv(fd, bufs, offset)
+        if n <= 0:
+            break
+        total += n
+        offset += n
+        while n and bufs:
+            first = bufs[0]
+            if n >= len(first):
+                n -= len(first)
+                bufs.pop(0)
+            else:
+                bufs[0] = first[n:]
+                n = 0
+    return total

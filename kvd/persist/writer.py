@@ -1,269 +1,346 @@
-"""The writer thread: ordered appends, group commit, the fsync policy and write-error handling.
+"""The writer thread: group commit, the fsync policies, and the error state.
 
-The event loop never touches a file. It queues ``Op``s (records with their already-assigned offsets, segment
-rolls, resets) and the writer thread drains the queue in batches: everything queued while the previous batch
-was being written goes out in one ``os.writev`` (headers, keys and values as separate iovecs: a 32 MiB value
-is never copied into a bigger buffer), followed by one ``fdatasync`` under ``appendfsync always``. That is
-group commit: N clients writing at once pay for one system call and one flush, not N. Checksums are computed
-here too, so hashing a large value never stalls the loop.
+The event loop never touches a file. ``SegmentLog`` assigns every record its location on the loop (the tail
+offset is deterministic), collects all records appended during one loop iteration into one batch, and hands the
+batch to this thread with a single lock/notify. The thread hashes each payload (xxh3, GIL released), builds the
+44-byte header and writes ``[header, key, value]`` triples straight from the caller's buffers with ``pwritev``
+(a 32 MiB value is never copied or joined), in chunks of IOV_MAX iovecs and resuming after partial writes. If
+the thread falls behind, every batch queued meanwhile is merged into the next write: the group commit widens
+under load instead of queueing syscalls. Then it reports the last written ticket back to the loop, which
+resolves the ``barrier()`` futures.
 
-Under ``everysec`` a second thread fdatasyncs the active segment about once a second (on a dup'ed descriptor,
-so a roll can close the original meanwhile); a flush that takes longer than 2 s is counted as delayed, as in
-Redis. Under ``no`` the kernel decides.
+fsync policies (what a reply means, since replies wait for the barrier):
 
-Write errors (ENOSPC, EIO, a failed fsync): the batch is cut back with ``ftruncate`` to where it started, the
-loop is told which records were lost, and every later op is refused until the loop sends ``RESET``: the loop
-answers writes with ``-MISCONF`` meanwhile and probes with a PAD record once a second, so writes resume by
-themselves when space is back.
+* ``always``: one ``fdatasync`` per group commit, before the barrier resolves (a segment that rolls within the
+  batch is fdatasync'ed before it is handed to the sealer). kill -9: nothing acknowledged is lost. Power loss:
+  nothing acknowledged is lost, if the drive honours flushes.
+* ``everysec``: the barrier resolves after ``write()``; a separate fsync thread fdatasyncs the active segment
+  about once per second when it is dirty, so a slow disk never stalls appends (Redis instead postpones writes
+  for up to 2 s). An fsync that takes over 2 s is counted in ``delayed_fsyncs`` and logged, like Redis' "fsync
+  is taking too long". kill -9: nothing acknowledged is lost (the bytes are in the page cache). Power loss: up
+  to ~1 s of acknowledged writes (~2 s+ if fsyncs are slow), never a torn record that recovery would accept.
+* ``no``: the barrier resolves after ``write()``; the kernel writes back when it likes (~30 s dirty expiry).
+  kill -9: nothing acknowledged is lost. Power loss: up to ~30 s of writes.
+
+In every mode a sealed segment is fsynced once by the maintenance thread before its hint is written (so a hint
+never describes bytes that are not durable), and new segment files are made durable with a directory fsync.
+
+Errors (ENOSPC, EIO, ...). The failing segment is ``ftruncate``d back to the last good offset (the end of the
+last acknowledged record; with ``always`` the last fsynced one), the thread enters the *failed* state and tells
+the loop which ticket was the last good one. Everything queued behind the failure is dropped (the loop reports
+those SETs lost to the keyspace and fails their barriers with ``MISCONF ...``). While failed the thread only
+accepts *probes*: about once per second the loop asks it to open a fresh segment and write + fdatasync a PAD
+record into it; when that works the old segment is sealed at its good length and appends resume in the new
+one (a fresh segment keeps "sealed segments are immutable" true even if the failure hit mid-roll). An error
+from the everysec fsync thread only puts the log in the refusing state: those bytes were already acknowledged,
+and after a failed fsync Linux may have dropped the dirty pages, so nothing better than reporting is possible.
+
+Fault injection for tests: set ``fault`` to an OSError and every write/fsync of this thread raises it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import logging
 import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
+from concurrent.futures import Executor
 from typing import Any
 
-from .record import FILE_HEADER_SIZE, HEADER_SIZE, PAD, SET, encode_file_header, encode_header
-from .segment import HintEntry, fsync_dir, segment_path, write_hint
+from .record import FILE_HDR_SIZE, HDR_SIZE, PAD, checksum, encode_file_header, encode_header
+from .segment import Segment, fsync_dir, seal
 
-ROLL, RESET, SYNC, STOP = 100, 101, 102, 103
-IOV_MAX = 1024
+IOV_MAX = min(os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024, 1024)
+FLUSH_CHUNK = 64 << 20  # write out a batch every 64 MiB so memory pinned by pending iovecs stays bounded
 
-
-@dataclass(slots=True)
-class Op:
-    lsn: int
-    kind: int  # a record type from record.py, or ROLL / RESET / SYNC / STOP
-    segment: int
-    offset: int
-    key: bytes = b""
-    value: Any = b""
-    expire_at: int = 0
+OP_REC, OP_ROLL, OP_SYNC, OP_PROBE, OP_STOP, OP_FAIL = range(6)
+PROBE_PAD = 4096  # the probe writes a real block, so "disk full" is noticed
 
 
-Report = Callable[[str, tuple[Any, ...]], None]
+def strerror(exc: OSError) -> str:
+    return exc.strerror or (os.strerror(exc.errno) if exc.errno else str(exc))
 
 
-class Writer:
-    def __init__(self, directory: Path, appendfsync: str, report: Report) -> None:
-        self.directory = directory
-        self.appendfsync = appendfsync
-        self._report = report  # called on the writer thread; must hand over to the loop itself
-        self._cond = threading.Condition()
-        self._queue: list[Op] = []
-        self._fd = -1
-        self._segment = 0
-        self._offset = 0
-        self._entries: list[HintEntry] = []
-        self._failed = False
-        self._dirty = False
-        self._fd_lock = threading.Lock()
-        self._thread = threading.Thread(target=self._run, name="kvd-writer", daemon=True)
-        self._fsync_thread = threading.Thread(target=self._fsync_loop, name="kvd-fsync", daemon=True)
-        self._stopping = False
-        self.write = os.writev  # replaced by tests to inject faults
-        # counters, read by the loop for INFO (plain ints: torn reads are harmless)
-        self.batches = 0
-        self.records = 0
+class Writer(threading.Thread):
+    """Owns the active segment's file offset; see the module docstring."""
+
+    def __init__(
+        self,
+        active: Segment,
+        end: int,
+        *,
+        always: bool,
+        post: Callable[..., Any],
+        maint: Executor,
+        log: SegmentLogHooks,
+        logger: logging.Logger,
+    ) -> None:
+        super().__init__(name="kvd-aof-writer", daemon=True)
+        self.cur = active
+        self.end = end  # written (and, with always, fsynced) end of the active segment
+        self.synced_end = end
+        self.always = always
+        self.post = post  # loop.call_soon_threadsafe
+        self.maint = maint
+        self.hooks = log
+        self.logger = logger
+        self.cond = threading.Condition()
+        self.queue: list[tuple[Any, ...]] = []
+        self.failed = False
+        self.fault: OSError | None = None
+        self.stopped = False
+        # counters (written here, read on the loop: plain ints are fine under the GIL)
+        self.write_batches = 0
+        self.writev_calls = 0
         self.bytes_written = 0
         self.fsyncs = 0
-        self.delayed_fsyncs = 0
-        self.last_fsync = time.time()
         self.write_errors = 0
+        self.last_fsync = time.monotonic()
 
-    def open(self, segment: int, offset: int, entries: list[HintEntry], create: bool) -> None:
-        """Adopt the active segment (recovered, already truncated) or create a fresh one."""
-        path = segment_path(self.directory, segment)
-        if create:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            os.write(fd, encode_file_header(segment))
-            os.fsync(fd)
-            fsync_dir(self.directory)
-            offset = FILE_HEADER_SIZE
-        else:
-            fd = os.open(path, os.O_WRONLY)
-        os.lseek(fd, offset, os.SEEK_SET)
-        self._fd, self._segment, self._offset, self._entries = fd, segment, offset, entries
+    # -- called on the loop ------------------------------------------------------------------------------------
 
-    def start(self) -> None:
-        self._thread.start()
-        self._fsync_thread.start()
+    def submit(self, ops: list[tuple[Any, ...]]) -> None:
+        with self.cond:
+            self.queue.extend(ops)
+            self.cond.notify()
 
-    def submit(self, op: Op) -> None:
-        with self._cond:
-            self._queue.append(op)
-            if len(self._queue) == 1:
-                self._cond.notify()
+    # -- the thread --------------------------------------------------------------------------------------------
 
-    def stop(self) -> None:
-        """Drain, fsync, seal nothing (the active segment stays active), and join."""
-        self.submit(Op(0, STOP, 0, 0))
-        self._thread.join()
-        self._stopping = True
-        self._fsync_thread.join(timeout=5)
-
-    # -- the writer thread -----------------------------------------------------------------------------------
-
-    def _run(self) -> None:
+    def run(self) -> None:
         while True:
-            with self._cond:
-                while not self._queue:
-                    self._cond.wait()
-                batch, self._queue = self._queue, []
-            if self._process(batch):
-                return
-
-    def _process(self, batch: list[Op]) -> bool:
-        iov: list[Any] = []
-        ops: list[Op] = []
-        start_offset = self._offset
-        for op in batch:
-            kind = op.kind
-            if self._failed:
-                if kind == RESET:
-                    self._failed = False
-                    os.lseek(self._fd, self._offset, os.SEEK_SET)
-                    start_offset = self._offset
-                elif kind == STOP:
-                    self._close()
-                    return True
-                elif kind < ROLL:
-                    self._report("failed", (op.lsn, op.lsn, [op], "writes are refused after an earlier error"))
-                continue
-            if kind < ROLL:
-                if op.segment != self._segment or op.offset != self._offset:  # never happens unless a bug
-                    raise RuntimeError(f"log out of order: {op.segment}:{op.offset} != {self._segment}:{self._offset}")
-                header = encode_header(kind, op.key, op.value, op.expire_at)
-                iov.append(header)
-                if op.key:
-                    iov.append(op.key)
-                if len(op.value):
-                    iov.append(op.value)
-                size = HEADER_SIZE + len(op.key) + len(op.value)
-                self._entries.append(HintEntry(kind, op.key, op.offset, size, len(op.value), op.expire_at))
-                self._offset += size
-                ops.append(op)
-                continue
-            if not self._flush(iov, ops, start_offset):
-                continue
-            iov, ops = [], []
-            if kind == ROLL:
-                try:
-                    self._seal_and_open(op.segment)
-                except OSError as exc:  # could not start the next segment: refuse writes, keep the old one
-                    self.write_errors += 1
-                    self._failed = True
-                    marker = Op(op.lsn, PAD, self._segment, self._offset)
-                    self._report("failed", (op.lsn, op.lsn, [marker], exc.strerror or str(exc)))
-            elif kind == SYNC:
-                self._sync()
-                self._report("synced", (op.lsn, self._segment, self._offset))
-            elif kind == STOP:
-                self._sync()
-                self._close()
-                return True
-            start_offset = self._offset
-        self._flush(iov, ops, start_offset)
-        return False
-
-    def _flush(self, iov: list[Any], ops: list[Op], start_offset: int) -> bool:
-        """Write one batch; report it written (after fsync for always) or failed. True if it was written."""
-        if not ops:
-            return not self._failed
-        try:
-            for i in range(0, len(iov), IOV_MAX):
-                self._writev_all(iov[i : i + IOV_MAX])
-            self._dirty = True
-            if self.appendfsync == "always":
-                self._sync()
-        except OSError as exc:
-            self.write_errors += 1
-            self._failed = True
-            self._offset = start_offset
-            del self._entries[len(self._entries) - len(ops) :]
+            with self.cond:
+                while not self.queue:
+                    self.cond.wait()
+                batch, self.queue = self.queue, []
             try:
-                os.ftruncate(self._fd, start_offset)
-            except OSError:
-                pass  # the next probe will fail again and keep us refusing writes
-            self._report("failed", (ops[0].lsn, ops[-1].lsn, ops, exc.strerror or str(exc)))
-            return False
-        self.batches += 1
-        self.records += len(ops)
-        self.bytes_written += self._offset - start_offset
-        self._report("written", (ops[-1].lsn, self._segment, self._offset))
-        return True
+                if self._process(batch):
+                    return
+            except Exception:  # a bug here must not silently stop persistence
+                self.logger.exception("segment writer crashed")
+                self._fail(OSError(errno.EIO, "internal writer error"), self.end)
 
-    def _writev_all(self, iov: list[Any]) -> None:
-        views = [memoryview(b).cast("B") for b in iov]
-        while views:
-            n = self.write(self._fd, views)
-            while n and views:
-                if n >= len(views[0]):
-                    n -= len(views[0])
-                    views.pop(0)
-                else:
-                    views[0] = views[0][n:]
+    def _pwritev(self, fd: int, bufs: list[memoryview], offset: int) -> int:
+        if self.fault is not None:
+            raise self.fault
+        self.writev_calls += 1
+        return os.pwritev(fd, bufs, offset)
+
+    def _fdatasync(self, fd: int) -> None:
+        if self.fault is not None:
+            raise self.fault
+        os.fdatasync(fd)
+        self.fsyncs += 1
+        self.last_fsync = time.monotonic()
+
+    def _write_all(self, fd: int, bufs: list[memoryview], offset: int) -> None:
+        i = 0
+        while i < len(bufs):
+            n = self._pwritev(fd, bufs[i : i + IOV_MAX], offset)
+            if n <= 0:
+                raise OSError(errno.EIO, "pwritev wrote nothing")
+            offset += n
+            while n:
+                first = bufs[i]
+                if n >= len(first):
+                    n -= len(first)
+                    i += 1
+                else:  # partial write: resume inside this buffer
+                    bufs[i] = first[n:]
                     n = 0
 
-    def _sync(self) -> None:
-        started = time.monotonic()
-        os.fdatasync(self._fd)
-        self._note_fsync(started)
+    def _process(self, batch: list[tuple[Any, ...]]) -> bool:
+        iov: list[memoryview] = []
+        pending = 0
+        written_ticket = -1  # last ticket whose bytes are in the file
+        stop_cb: Callable[[], None] | None = None
 
-    def _note_fsync(self, started: float) -> None:
-        self.fsyncs += 1
-        self.last_fsync = time.time()
-        self._dirty = False
-        if time.monotonic() - started > 2.0:
-            self.delayed_fsyncs += 1
+        def flush() -> None:
+            nonlocal iov, pending
+            if iov:
+                self._write_all(self.cur.fd, iov, self.end)
+                self.end += pending
+                self.bytes_written += pending
+                iov, pending = [], 0
 
-    def _seal_and_open(self, new_segment: int) -> None:
-        """Seal the active segment (fsync, hint file) and start ``new_segment``."""
-        old, size, entries, old_fd = self._segment, self._offset, self._entries, self._fd
-        os.fdatasync(old_fd)
-        with self._fd_lock:
-            self.open(new_segment, 0, [], create=True)  # raises before touching the old one if it cannot
-        os.close(old_fd)
         try:
-            write_hint(self.directory, old, size, entries)
-        except OSError as exc:  # a hint only speeds up recovery; without it the segment is scanned
-            self._report("warning", (f"could not write the hint file of segment {old}: {exc.strerror}",))
-        self._report("sealed", (old, size))
-
-    def _close(self) -> None:
-        with self._fd_lock:
-            if self._fd >= 0:
-                os.close(self._fd)
-                self._fd = -1
-
-    # -- the everysec fsync thread ---------------------------------------------------------------------------
-
-    def _fsync_loop(self) -> None:
-        while not self._stopping and self._thread.is_alive():
-            time.sleep(0.05)
-            if self.appendfsync != "everysec" or not self._dirty or time.time() - self.last_fsync < 1.0:
-                continue
-            with self._fd_lock:
-                if self._fd < 0:
+            for op in batch:
+                kind = op[0]
+                if self.failed and kind not in (OP_PROBE, OP_STOP):
+                    if kind == OP_SYNC:
+                        self.post(op[1], False)
                     continue
-                fd = os.dup(self._fd)
+                if kind == OP_REC:
+                    _, ticket, seg_id, offset, rtype, key, value, expire, lsn = op
+                    if seg_id != self.cur.id or offset != self.end + pending:
+                        raise RuntimeError(f"record for {seg_id}@{offset} but tail is {self.cur.id}@{self.end}")
+                    vmv = memoryview(value)
+                    if vmv.format != "B" or vmv.ndim != 1:
+                        vmv = vmv.cast("B")
+                    header = encode_header(rtype, len(key), vmv.nbytes, expire, lsn, checksum(key, vmv))
+                    iov.append(memoryview(header))
+                    if key:
+                        iov.append(memoryview(key))
+                    if vmv.nbytes:
+                        iov.append(vmv)
+                    pending += HDR_SIZE + len(key) + vmv.nbytes
+                    written_ticket = ticket
+                    if pending >= FLUSH_CHUNK:
+                        flush()
+                elif kind == OP_ROLL:
+                    flush()
+                    self._roll(op[1])
+                elif kind == OP_SYNC:
+                    flush()
+                    self._fdatasync(self.cur.fd)
+                    self.synced_end = self.end
+                    # The maintenance executor is FIFO: running the callback there means every seal (fsync +
+                    # hint) queued before it has finished, so the whole log is durable up to this point.
+                    cb = op[1]
+                    self.maint.submit(self.post, cb, True)
+                elif kind == OP_PROBE:
+                    self._probe(op[1])
+                elif kind == OP_STOP:
+                    stop_cb = op[1]
+                elif kind == OP_FAIL:  # the fsync thread failed: stop accepting writes until a probe works
+                    flush()
+                    raise OSError(errno.EIO, op[1])
+            flush()
+            if self.always and self.end > self.synced_end:
+                self._fdatasync(self.cur.fd)
+                self.synced_end = self.end
+        except OSError as exc:
+            self._fail(exc, self.synced_end if self.always else self.end)
+            written_ticket = -1
+        if written_ticket >= 0:
+            self.write_batches += 1
+            self.post(self.hooks.on_written, written_ticket, self.cur.id, self.end)
+        if stop_cb is not None:
+            self._finish(stop_cb)
+            return True
+        return False
+
+    def _open_new(self, seg: Segment, pad: int = 0) -> int:
+        """Create ``seg``'s file with its header (and a PAD record); returns its end offset."""
+        fd = os.open(seg.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            bufs = [memoryview(encode_file_header(seg.id))]
+            end = FILE_HDR_SIZE
+            if pad:
+                body = bytes(pad - HDR_SIZE)
+                bufs += [memoryview(encode_header(PAD, 0, len(body), 0, 0, checksum(b"", body))), memoryview(body)]
+                end += pad
+            self._write_all(fd, bufs, 0)
+            if self.always or pad:
+                self._fdatasync(fd)
+            fsync_dir(seg.path.parent)
+        except OSError:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(seg.path)
+            raise
+        seg.fd = fd
+        return end
+
+    def _roll(self, new: Segment) -> None:
+        old = self.cur
+        if self.always and self.end > self.synced_end:
+            self._fdatasync(old.fd)
+        end = self._open_new(new)
+        self.maint.submit(self.hooks.seal_job, old, self.end)
+        self.cur, self.end, self.synced_end = new, end, end
+
+    def _probe(self, new: Segment) -> None:
+        if not self.failed:
+            self.post(self.hooks.on_probe, None, self.cur.id, self.end)
+            return
+        try:
+            end = self._open_new(new, pad=PROBE_PAD)
+        except OSError as exc:
+            self.post(self.hooks.on_probe, f"{strerror(exc)}", new.id, 0)
+            return
+        self.maint.submit(self.hooks.seal_job, self.cur, self.end)
+        self.cur, self.end, self.synced_end = new, end, end
+        self.failed = False
+        self.post(self.hooks.on_probe, None, new.id, end)
+
+    def _fail(self, exc: OSError, good_end: int) -> None:
+        self.write_errors += 1
+        with contextlib.suppress(OSError):
+            os.ftruncate(self.cur.fd, good_end)
+        self.end = self.synced_end = good_end
+        self.failed = True
+        self.logger.error("writing segment %s failed: %s; truncated back to offset %d", self.cur.path, exc, good_end)
+        self.post(self.hooks.on_failed, self.cur.id, good_end, strerror(exc))
+
+    def _finish(self, cb: Callable[[bool], None]) -> None:
+        ok = True
+        if not self.failed:
+            try:
+                os.fdatasync(self.cur.fd)
+                self.fsyncs += 1
+            except OSError as exc:
+                self.logger.error("final fsync of %s failed: %s", self.cur.path, exc)
+                ok = False
+            if ok:  # clean shutdown: the active segment gets its hint, so the restart reads no values
+                self.maint.submit(self.hooks.seal_job, self.cur, self.end)
+        self.maint.submit(self.post, cb, ok)
+
+
+class SegmentLogHooks:
+    """What the writer calls back (through ``post``, so on the loop) or runs in the maintenance executor."""
+
+    def on_written(self, ticket: int, seg_id: int, end: int) -> None: ...
+    def on_failed(self, seg_id: int, good_end: int, text: str) -> None: ...
+    def on_probe(self, error: str | None, seg_id: int, end: int) -> None: ...
+    def seal_job(self, seg: Segment, data_len: int) -> None: ...
+
+
+class Syncer(threading.Thread):
+    """appendfsync everysec: fdatasync the active segment about once per second when it is dirty."""
+
+    def __init__(self, writer: Writer, on_error: Callable[[str], None], logger: logging.Logger) -> None:
+        super().__init__(name="kvd-aof-fsync", daemon=True)
+        self.writer = writer
+        self.on_error = on_error
+        self.logger = logger
+        self.stop_event = threading.Event()
+        self.delayed_fsyncs = 0
+
+    def run(self) -> None:
+        w = self.writer
+        while not self.stop_event.wait(1.0):
+            seg, end = w.cur, w.end
+            if end <= w.synced_end or seg.closed or w.failed:
+                continue
             started = time.monotonic()
             try:
-                self._dirty = False
-                os.fdatasync(fd)
-                self._note_fsync(started)
-            except OSError:
-                self._dirty = True
-            finally:
-                os.close(fd)
+                w._fdatasync(seg.fd)
+            except OSError as exc:
+                if exc.errno == errno.EBADF:  # the segment was compacted away meanwhile
+                    continue
+                w.write_errors += 1
+                self.logger.error("background fsync of %s failed: %s", seg.path, exc)
+                w.post(self.on_error, strerror(exc))
+                continue
+            if w.cur is seg and w.synced_end < end:
+                w.synced_end = end
+            took = time.monotonic() - started
+            if took > 2.0:
+                self.delayed_fsyncs += 1
+                self.logger.warning(
+                    "Asynchronous AOF fsync is taking too long (%.1f s, disk is busy?). Writing the AOF buffer "
+                    "without waiting for fsync to complete, this may slow down kvd.",
+                    took,
+                )
 
 
-def pad_op(lsn: int, segment: int, offset: int) -> Op:
-    return Op(lsn, PAD, segment, offset)
-
-
-_ = SET
+def seal_segment(seg: Segment, data_len: int, logger: logging.Logger) -> bool:
+    try:
+        seal(seg, data_len)
+        return True
+    except OSError as exc:
+        logger.warning("sealing %s failed (%s): recovery will scan it instead of using a hint", seg.path, exc)
+        return False

@@ -13,11 +13,6 @@ from persist_helpers import inject_fault, open_log, reopen, settle, wait_for
 from kvd.persist import PersistError, SegmentLog
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="the engine on main hands each append to the writer thread on its own, so the writer usually wakes "
-    "mid-iteration and writes 2+ batches; branch persist-alt batches per loop iteration",
-)
 async def test_group_commit_one_batch_per_loop_iteration(seg_dir: Path) -> None:
     log, owner, _ = await open_log(seg_dir, appendfsync="always")
     await asyncio.sleep(0.05)

@@ -1,0 +1,52 @@
+"""Shared vocabulary of the storage engine: record locations, errors, the recovery report and the owner protocol.
+
+These are the only types the rest of kvd sees (re-exported by ``kvd.persist``). ``Location`` is a NamedTuple so the
+keyspace can keep one per key cheaply (hashable, immutable, compared by value); it deliberately carries no key and
+no checksum: ``read_value`` re-reads both from the record header on disk and verifies them there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple, Protocol
+
+
+class PersistError(Exception):
+    """Configuration, locking or write errors. The text of write errors starts with ``MISCONF`` like Redis."""
+
+
+class CorruptRecord(Exception):
+    """A record failed verification (checksum, key, type, lengths) or its segment is gone: treat as a miss."""
+
+
+class Location(NamedTuple):
+    """Where a SET record lives."""
+
+    segment: int  # segment id (0 = a write refused while the log was failing: never on disk)
+    offset: int  # offset of the record's first byte in the segment file
+    record_len: int  # total bytes of the record (header + key + value)
+    value_len: int
+
+
+class LogOwner(Protocol):
+    """Implemented by the keyspace; every call happens on the event-loop thread."""
+
+    def live_expire(self, key: bytes, loc: Location) -> int | None: ...
+    def hot_value(self, key: bytes, loc: Location) -> bytes | bytearray | memoryview | None: ...
+    def relocated(self, key: bytes, old: Location, new: Location) -> None: ...
+    def dropped(self, key: bytes, loc: Location) -> None: ...
+    def lost(self, key: bytes, loc: Location) -> None: ...
+
+
+@dataclass
+class RecoveryReport:
+    keys: int = 0  # live keys returned
+    bytes: int = 0  # segment bytes processed (data files; hinted segments count at their size)
+    seconds: float = 0.0
+    segments: int = 0
+    skipped_records: int = 0  # corrupt regions skipped (each counted once)
+    truncated_bytes: int = 0  # torn tail cut from the active segment
+    hint_files_used: int = 0
+    live_bytes: int = 0  # bytes of the live SET records
+    expired_keys: int = 0  # keys left out because their TTL had passed
+    warnings: list[str] = field(default_factory=list)
