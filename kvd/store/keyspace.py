@@ -301,10 +301,6 @@ class Keyspace:
         entry = self._entries.get(key)
         return entry.expire_at if entry is not None and entry.loc == loc else None
 
-    def current_record(self, key: bytes) -> tuple[Location | None, int] | None:
-        entry = self._entries.get(key)
-        return (entry.loc, entry.expire_at) if entry is not None else None
-
     def hot_value(self, key: bytes, loc: Location) -> Value | None:
         entry = self._entries.get(key)
         return entry.value if entry is not None and entry.loc == loc else None
