@@ -1,0 +1,362 @@
+"""Limits against a real kvd: Redis's exact protocol errors then close, the query buffer limit, unauthenticated
+limits, declared sizes that must not cost memory, maxclients, the idle timeout and slow readers.
+
+RSS is read from /proc/<pid>/status. Bounds are stated next to each assertion.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+
+import pytest
+from hardening_support import closing_all, read_reply_line, recv_until_closed
+
+MiB = 1 << 20
+
+
+def exchange(srv, payload: bytes, *, pause_before_close: float = 5.0) -> tuple[bytes, bool]:
+    with srv.connect() as s:
+        s.sendall(payload)
+        return recv_until_closed(s, timeout=pause_before_close)
+
+
+PROTOCOL_ERRORS = [
+    (b"*3000000000\r\n", "invalid multibulk length"),
+    (b"*1\r\nfoo\r\n", "expected '$', got 'f'"),
+    (b"*1\r\n$-10\r\n", "invalid bulk length"),
+    (b"*1\r\n$2000000000\r\n", "invalid bulk length"),
+    (b"*1\r\n$blabla\r\n", "invalid bulk length"),
+    (b"*abc\r\n", "invalid multibulk length"),
+    (b'SET "a b\r\n', "unbalanced quotes in request"),
+    (b"SET 'a b\r\n", "unbalanced quotes in request"),
+    (b"a" * (64 * 1024 + 100), "too big inline request"),
+    (b"*" + b"1" * (64 * 1024 + 100), "too big mbulk count string"),
+    (b"*1\r\n$" + b"1" * (64 * 1024 + 100), "too big bulk count string"),
+]
+
+
+def test_protocol_errors_have_redis_texts_then_close(kvd):
+    for payload, detail in PROTOCOL_ERRORS:
+        data, closed = exchange(kvd, payload)
+        assert data == b"-ERR Protocol error: " + detail.encode() + b"\r\n", payload[:40]
+        assert closed, payload[:40]
+    # commands before the bad bytes are answered first, nothing after them runs
+    data, closed = exchange(kvd, b"PING\r\n*1\r\nfoo\r\n*3\r\n$3\r\nSET\r\n$4\r\nlost\r\n$1\r\nx\r\n")
+    assert data == b"+PONG\r\n-ERR Protocol error: expected '$', got 'f'\r\n" and closed
+    assert kvd.client().exists("lost") == 0
+    # Redis accepts an empty or negative count as no command at all (unit/protocol.tcl)
+    with kvd.connect() as s:
+        s.sendall(b"*-10\r\n*0\r\nPING\r\n")
+        assert read_reply_line(s) == b"+PONG\r\n"
+    assert kvd.client().ping()
+
+
+@pytest.mark.parametrize("payload", [b"POST / HTTP/1.1\r\n", b"Host: example.com\r\n", b"PING\r\nPOST / HTTP/1.1\r\n"])
+def test_cross_protocol_requests_are_closed(kvd, payload):
+    data, closed = exchange(kvd, payload)
+    assert closed
+    assert b"Protocol error" not in data and b"unknown command" not in data
+
+
+def test_query_buffer_limit_closes_the_client(kvd_factory):
+    srv = kvd_factory("--client-query-buffer-limit", "1mb")
+    other = srv.client()
+    other.set("k", b"v" * 1000)
+    # one argument over the limit: closed at its header, before any of it is buffered
+    data, closed = exchange(srv, b"*3\r\n$3\r\nSET\r\n$1\r\nx\r\n$%d\r\n" % (2 * MiB))
+    assert closed and data == b""
+    # many arguments together over the limit
+    parts = [b"MSET"] + [b"k%d" % i if i % 2 == 0 else b"v" * 200_000 for i in range(12)]
+    payload = b"*%d\r\n" % len(parts) + b"".join(b"$%d\r\n%s\r\n" % (len(p), p) for p in parts)
+    with srv.connect() as s:
+        with contextlib.suppress(ConnectionResetError, BrokenPipeError):
+            s.sendall(payload)
+        data, closed = recv_until_closed(s, timeout=5)
+    assert closed and data == b""
+    assert other.get("k") == b"v" * 1000
+    assert other.exists("k0") == 0
+    # just under the limit is fine
+    assert other.set("big", b"b" * (MiB - 1000))
+    assert len(other.get("big")) == MiB - 1000
+
+
+def test_unauthenticated_limits_with_requirepass(kvd_factory):
+    srv = kvd_factory("--requirepass", "s3cret")
+    data, closed = exchange(srv, b"*11\r\n")
+    assert data == b"-ERR Protocol error: unauthenticated multibulk length\r\n" and closed
+    data, closed = exchange(srv, b"*2\r\n$4\r\nAUTH\r\n$16385\r\n")
+    assert data == b"-ERR Protocol error: unauthenticated bulk length\r\n" and closed
+    data, closed = exchange(srv, b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$20000\r\n")
+    assert data == b"-ERR Protocol error: unauthenticated bulk length\r\n" and closed
+    # within the limits: -NOAUTH, connection kept
+    with srv.connect() as s:
+        s.sendall(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$3\r\nabc\r\n")
+        assert read_reply_line(s) == b"-NOAUTH Authentication required.\r\n"
+        # after AUTH the limits are the normal ones
+        s.sendall(b"*2\r\n$4\r\nAUTH\r\n$6\r\ns3cret\r\n")
+        assert read_reply_line(s) == b"+OK\r\n"
+        args = [b"MSET"] + [b"a%d" % i for i in range(20)]
+        s.sendall(b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args))
+        assert read_reply_line(s) == b"+OK\r\n"
+        value = b"z" * 100_000
+        s.sendall(b"*3\r\n$3\r\nSET\r\n$3\r\nbig\r\n$%d\r\n%s\r\n" % (len(value), value))
+        assert read_reply_line(s) == b"+OK\r\n"
+    assert srv.client().get("big") == b"z" * 100_000
+
+
+def test_unauthenticated_client_that_never_reads_cannot_grow_memory(kvd_factory):
+    """CVE-2025-21605: a client that sends commands before AUTH and never reads the -NOAUTH replies.
+    Bound: RSS grows by less than 48 MiB after ~8 MiB of requests (with an 8 MiB hard output limit)."""
+    srv = kvd_factory(
+        "--requirepass",
+        "pw",
+        "--client-output-buffer-soft-limit",
+        "1mb",
+        "--client-output-buffer-hard-limit",
+        "8mb",
+    )
+    base = srv.rss()
+    chunk = b"GET k\r\n" * 20_000  # 140 KB of requests -> 680 KB of -NOAUTH replies
+    s = srv.connect()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.settimeout(0.5)
+    sent = 0
+    deadline = time.monotonic() + 15
+    try:
+        while sent < 60 and time.monotonic() < deadline:
+            try:
+                s.sendall(chunk)
+            except TimeoutError:
+                break  # kvd stopped reading us: fine
+            except (ConnectionResetError, BrokenPipeError):
+                break  # kvd disconnected us: fine
+            sent += 1
+        grown = srv.rss() - base
+        assert grown < 48 * MiB, f"RSS grew by {grown / MiB:.1f} MiB"
+        assert srv.client().ping()
+    finally:
+        s.close()
+
+
+def test_huge_declared_multibulk_costs_no_memory(kvd):
+    """``*1000000000`` on 50 connections, then a few args each: RSS grows by less than 16 MiB."""
+    base = kvd.rss()
+    socks = []
+    with closing_all(socks):
+        for _ in range(50):
+            s = kvd.connect()
+            s.sendall(b"*1000000000\r\n$3\r\nSET\r\n$1\r\nk\r\n$5\r\nhello\r\n")
+            socks.append(s)
+        time.sleep(0.5)
+        grown = kvd.rss() - base
+        assert grown < 16 * MiB, f"RSS grew by {grown / MiB:.1f} MiB"
+        assert kvd.client().ping()
+        assert kvd.client().exists("k") == 0
+
+
+def test_declared_large_bulk_does_not_allocate_before_bytes_arrive(kvd):
+    """A client that declares a 256 MiB argument and sends 2 bytes of it should not cost 256 MiB at once:
+    Redis grows its query buffer without touching the pages (virtual memory only). Four such connections
+    (24 bytes sent each) may grow kvd's RSS by less than 128 MiB."""
+    base = kvd.rss()
+    socks = []
+    with closing_all(socks):
+        for _ in range(4):
+            s = kvd.connect()
+            s.sendall(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$%d\r\nab" % (256 * MiB))
+            socks.append(s)
+        time.sleep(1.0)
+        grown = kvd.rss() - base
+        assert kvd.client().ping()
+    assert grown < 128 * MiB, f"4 x 24 bytes sent grew RSS by {grown / MiB:.0f} MiB"
+
+
+def test_maxclients(kvd_factory):
+    srv = kvd_factory("--maxclients", "5")
+    socks = []
+    with closing_all(socks):
+        for _ in range(5):
+            s = srv.connect()
+            s.sendall(b"PING\r\n")
+            assert read_reply_line(s) == b"+PONG\r\n"
+            socks.append(s)
+        extra = srv.connect()
+        socks.append(extra)
+        data, closed = recv_until_closed(extra, timeout=5)
+        assert data == b"-ERR max number of clients reached\r\n" and closed
+        # a slot freed is usable again
+        socks[0].close()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            with srv.connect() as s:
+                s.sendall(b"PING\r\n")
+                if read_reply_line(s) == b"+PONG\r\n":
+                    break
+            time.sleep(0.1)
+        else:
+            pytest.fail("a freed client slot was not reusable within 5 s")
+
+
+def test_idle_timeout_closes_idle_clients_only(kvd_factory):
+    srv = kvd_factory("--timeout", "1")
+    idle = srv.connect()
+    busy = srv.connect()
+    try:
+        idle.sendall(b"PING\r\n")
+        assert read_reply_line(idle) == b"+PONG\r\n"
+        t0 = time.monotonic()
+        closed_at = None
+        while time.monotonic() - t0 < 4.0:
+            busy.sendall(b"PING\r\n")
+            assert read_reply_line(busy) == b"+PONG\r\n", "an active client was closed"
+            if closed_at is None:
+                idle.settimeout(0.01)
+                try:
+                    if idle.recv(10) == b"":
+                        closed_at = time.monotonic() - t0
+                except TimeoutError:
+                    pass
+                except ConnectionResetError:
+                    closed_at = time.monotonic() - t0
+            time.sleep(0.25)
+        assert closed_at is not None, "the idle client was not closed within 4 s (timeout 1 s)"
+        assert 0.9 <= closed_at <= 3.5, closed_at
+    finally:
+        idle.close()
+        busy.close()
+
+
+def _slow_reader(srv, key: bytes, count: int, seconds: float) -> tuple[int, bool]:
+    """Pipeline ``count`` GETs of ``key`` without ever reading. Returns (requests sent, disconnected)."""
+    s = srv.connect()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8192)
+    s.settimeout(1.0)
+    sent = 0
+    request = b"*2\r\n$3\r\nGET\r\n$%d\r\n%s\r\n" % (len(key), key)
+    deadline = time.monotonic() + seconds
+    try:
+        while sent < count and time.monotonic() < deadline:
+            try:
+                s.sendall(request * 50)
+            except TimeoutError:
+                continue  # kvd stopped reading us; keep trying until it disconnects or time is up
+            except (ConnectionResetError, BrokenPipeError):
+                return sent, True
+            sent += 50
+        # disconnected? reading the socket now gives whatever was in flight, then EOF/RST
+        s.settimeout(0.2)
+        end = time.monotonic() + 5
+        while time.monotonic() < end:
+            try:
+                if not s.recv(1 << 20):
+                    return sent, True
+            except TimeoutError:
+                return sent, False
+            except ConnectionResetError:
+                return sent, True
+        return sent, False
+    finally:
+        s.close()
+
+
+def test_slow_reader_is_bounded_and_disconnected(kvd_factory):
+    """A client that asks for a 4 MiB value many times and never reads. Bound: RSS grows by less than the
+    hard limit + 32 MiB (the value is shared, replies must not be copies); the client is disconnected past
+    the 8 MiB hard limit; another client is served meanwhile with latency under 1 s."""
+    srv = kvd_factory("--client-output-buffer-soft-limit", "1mb", "--client-output-buffer-hard-limit", "8mb")
+    r = srv.client()
+    value = bytes(range(256)) * (4 * MiB // 256)
+    r.set("big", value)
+    r.get("big")
+    base = srv.rss()
+    peak = [base]
+    stop = threading.Event()
+    latencies: list[float] = []
+
+    def watch() -> None:
+        c = srv.client(socket_timeout=10)
+        while not stop.is_set():
+            t0 = time.monotonic()
+            assert c.ping()
+            latencies.append(time.monotonic() - t0)
+            peak[0] = max(peak[0], srv.rss())
+            time.sleep(0.05)
+
+    t = threading.Thread(target=watch, daemon=True)
+    t.start()
+    try:
+        sent, disconnected = _slow_reader(srv, b"big", 2000, 10)
+    finally:
+        stop.set()
+        t.join(15)
+    assert disconnected, f"a client with {sent} unread 4 MiB replies was not disconnected"
+    grown = peak[0] - base
+    assert grown < 40 * MiB, f"RSS grew by {grown / MiB:.0f} MiB"
+    assert latencies and max(latencies) < 1.0, max(latencies)
+    assert r.get("big") == value
+    info = r.info("stats")
+    assert info["client_output_buffer_limit_disconnections"] >= 1
+
+
+def test_slow_reader_of_values_on_disk_is_bounded(kvd_factory):
+    """The same with values that must be read back from disk (maxmemory 16 MiB, 12 x 4 MiB written): each
+    GET produces a fresh 4 MiB buffer. Bound: RSS grows by less than 96 MiB (hard limit 8 MiB + RAM tier
+    16 MiB + generous slack), and the client is disconnected."""
+    srv = kvd_factory(
+        "--persistence",
+        "yes",
+        "--maxmemory",
+        "16mb",
+        "--client-output-buffer-soft-limit",
+        "1mb",
+        "--client-output-buffer-hard-limit",
+        "8mb",
+    )
+    r = srv.client()
+    for i in range(12):
+        r.set(f"cold{i}", bytes([i]) * (4 * MiB))
+    for i in range(12):  # warm up the allocator with reads from disk
+        assert r.get(f"cold{i}") == bytes([i]) * (4 * MiB)
+    base = srv.rss()
+    peak = [base]
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            peak[0] = max(peak[0], srv.rss())
+            time.sleep(0.02)
+
+    t = threading.Thread(target=watch, daemon=True)
+    t.start()
+    try:
+        s = srv.connect()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8192)
+        s.settimeout(1.0)
+        keys = [f"cold{i}".encode() for i in range(12)]
+        request = b"".join(b"*2\r\n$3\r\nGET\r\n$%d\r\n%s\r\n" % (len(k), k) for k in keys) * 20  # 240 GETs
+        disconnected = False
+        try:
+            s.sendall(request)
+        except (TimeoutError, ConnectionResetError, BrokenPipeError):
+            pass
+        deadline = time.monotonic() + 15
+        s.settimeout(0.2)
+        while time.monotonic() < deadline and not disconnected and peak[0] - base < 96 * MiB:
+            time.sleep(0.3)
+            try:
+                disconnected = s.recv(1) == b""  # one byte at a time: the client still does not really read
+            except TimeoutError:
+                continue
+            except ConnectionResetError:
+                disconnected = True
+        s.close()
+    finally:
+        stop.set()
+        t.join(5)
+    grown = peak[0] - base
+    assert grown < 96 * MiB, f"240 unread GETs of 4 MiB values on disk grew RSS by {grown / MiB:.0f} MiB"
+    assert disconnected, "the slow reader was not disconnected within 15 s"
+    assert r.ping()
