@@ -1,11 +1,19 @@
 """Typed settings: ``kvd.toml`` plus redis-server style ``--key value`` overrides, validated up front.
 
-Every setting is declared once in ``SPECS`` (name, kind, default, bounds, one-line help); loading, CONFIG GET,
-CONFIG SET and the shipped ``kvd.toml`` all derive from that table, so they cannot drift apart. A problem is a
-``ConfigError`` whose text is one line naming the file (or flag) and the key, for example
-``kvd.toml: maxmemory: expected a size like 512mb or 4GiB, got 'lots'``; the CLI prints it and exits 2.
+Design. ``Settings`` is a frozen dataclass with one typed field per key, and each field carries its own
+``Spec`` (kind, bounds, one-line help, section, whether CONFIG SET may change it) in its metadata. Loading,
+CONFIG GET (``settings_items``), CONFIG SET (``apply_runtime``) and the shipped ``kvd.toml`` (``render_toml``)
+all derive from that one declaration, so they cannot drift apart; ``Settings()`` is the defaults.
 
-Sizes follow Redis (``1k`` = 1000, ``1kb`` = 1024, ``1gb`` = 2^30) and also accept IEC units (``4GiB``).
+Errors. Every problem is a ``ConfigError`` whose text is one line naming where the value came from (the file,
+the ``--flag``) and the key, e.g. ``kvd.toml: maxmemory: expected a size like 512mb or 4GiB, got 'lots'``. The
+CLI prints it and exits 2, so nothing here may leak a traceback or a multi-line message.
+
+Trade-offs. The file is strict (TOML types must match: ``port = "6379"`` is an error, booleans are
+``true``/``false``) because a typo there is silent otherwise; the command line is text, so it is converted
+(``yes``/``no``/``1``/``0`` booleans, sizes with units). Values are checked once, at load or CONFIG SET, so the
+hot paths read plain attributes. Sizes follow Redis (``1k`` = 1000, ``1kb`` = 1024, ``1gb`` = 2^30) and also
+take IEC units (``4GiB``) and decimals (``1.5gb``, rounded down to whole bytes).
 """
 
 from __future__ import annotations
@@ -14,14 +22,31 @@ import dataclasses
 import difflib
 import re
 import tomllib
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
+
+__all__ = [
+    "RUNTIME_KEYS",
+    "SPECS",
+    "ConfigError",
+    "Settings",
+    "Spec",
+    "apply_runtime",
+    "format_size",
+    "load_settings",
+    "parse_size",
+    "render_toml",
+    "settings_items",
+]
 
 
 class ConfigError(Exception):
     """A configuration problem, as one line that names where it came from and the key."""
 
+
+# -- sizes ---------------------------------------------------------------------------------------------------
 
 _UNITS = {
     "": 1,
@@ -39,285 +64,359 @@ _UNITS = {
     "gib": 1024**3,
     "tib": 1024**4,
 }
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*$")
+_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([a-z]*)", re.ASCII)
+_MAX_SIZE = 2**63 - 1  # sizes reach C APIs (mmap, setsockopt, struct packing): keep them in an int64
 
 
 def parse_size(text: str | int) -> int:
-    """``"512mb"`` -> 536870912. Raises ValueError for negatives, junk and unknown units."""
-    if isinstance(text, bool):
-        raise ValueError(text)
+    """``"512mb"`` -> 536870912, ``"1k"`` -> 1000, ``"4GiB"`` -> 4294967296, ``1024`` -> 1024.
+
+    Raises ValueError for negatives, junk, unknown units and values beyond 2^63-1.
+    """
+    if isinstance(text, bool) or not isinstance(text, int | str):
+        raise ValueError(f"not a size: {text!r}")
     if isinstance(text, int):
-        if text < 0:
-            raise ValueError(text)
-        return text
-    match = _SIZE.match(str(text).lower())
-    if not match or match.group(2) not in _UNITS:
-        raise ValueError(text)
-    return int(float(match.group(1)) * _UNITS[match.group(2)])
+        value = text
+    else:
+        match = _SIZE.fullmatch(text.strip().lower())
+        if not match or match.group(2) not in _UNITS:
+            raise ValueError(f"not a size: {text!r}")
+        value = int(Fraction(match.group(1)) * _UNITS[match.group(2)])  # exact: no float rounding
+    if not 0 <= value <= _MAX_SIZE:
+        raise ValueError(f"size out of range: {text!r}")
+    return value
 
 
 def format_size(n: int) -> str:
+    """Human form for logs: ``512 B``, ``1.50 KiB``, ``1.00 GiB``."""
+    if n < 0:
+        return "-" + format_size(-n)
+    if n < 1024:
+        return f"{n} B"
     value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return f"{int(value)} B" if unit == "B" else f"{value:.2f} {unit}"
+    for unit in ("KiB", "MiB", "GiB", "TiB", "PiB"):
         value /= 1024
-    return f"{n} B"
+        if value < 1024 or unit == "PiB":
+            break
+    return f"{value:.2f} {unit}"
+
+
+def _size_text(n: int) -> str:
+    """The shortest exact Redis-style spelling, for messages and kvd.toml: 1073741824 -> '1gb'."""
+    for unit, factor in (("gb", 1 << 30), ("mb", 1 << 20), ("kb", 1 << 10)):
+        if n and n % factor == 0:
+            return f"{n // factor}{unit}"
+    return str(n)
+
+
+# -- the declaration ------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
 class Spec:
+    """How one key is read, checked, shown and documented."""
+
     name: str  # the redis-style key, with dashes
-    kind: str  # int, size, bool, str, choice, float, list
+    kind: str  # int | size | bool | str | choice | float | list
     default: Any
     help: str
     section: str
-    low: float | None = None
+    low: float | None = None  # inclusive, except for floats where it is exclusive
     high: float | None = None
     choices: tuple[str, ...] = ()
-    runtime: bool = False
+    runtime: bool = False  # CONFIG SET may change it
 
 
-SPECS: tuple[Spec, ...] = (
-    Spec("bind", "list", ["127.0.0.1"], "addresses to listen on", "Network"),
-    Spec("port", "int", 6379, "TCP port (0 = no plain TCP listener)", "Network", 0, 65535),
-    Spec(
-        "protected-mode",
+def _key(kind: str, default: Any, help: str, section: str, **extra: Any) -> Any:
+    """A dataclass field whose metadata holds its Spec (the name is filled in from the field below)."""
+    return field(default=default, metadata={"spec": (kind, help, section, extra)})
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """The daemon's settings; one attribute per key of kvd.toml, dashes as underscores."""
+
+    # Network
+    bind: tuple[str, ...] = _key(
+        "list", ("127.0.0.1",), "addresses to listen on (list, or one space-separated string)", "Network"
+    )
+    port: int = _key("int", 6379, "TCP port (0 = no plain TCP listener, only TLS)", "Network", low=0, high=65535)
+    protected_mode: bool = _key(
         "bool",
         True,
-        "without requirepass, only loopback clients and addresses",
+        "without requirepass, serve loopback clients only and refuse to bind elsewhere",
         "Network",
         runtime=True,
-    ),
-    Spec("tcp-backlog", "int", 511, "listen() backlog", "Network", 1, 65535),
-    Spec("tcp-keepalive", "int", 300, "TCP keepalive interval in seconds (0 = off)", "Network", 0, 86400, runtime=True),
-    Spec("timeout", "int", 0, "close clients idle this many seconds (0 = never)", "Network", 0, 10**9, runtime=True),
-    Spec("maxclients", "int", 10000, "most simultaneous clients", "Network", 1, 10**6, runtime=True),
-    Spec("requirepass", "str", "", "password of the default user (empty = no AUTH)", "Security", runtime=True),
-    Spec("tls-port", "int", 0, "TLS port (0 = TLS off)", "Security", 0, 65535),
-    Spec("tls-cert-file", "str", "", "server certificate (PEM)", "Security"),
-    Spec("tls-key-file", "str", "", "server private key (PEM)", "Security"),
-    Spec("tls-ca-cert-file", "str", "", "CA bundle that signs client certificates", "Security"),
-    Spec(
-        "tls-auth-clients", "choice", "no", "require client certificates", "Security", choices=("yes", "no", "optional")
-    ),
-    Spec(
-        "maxmemory",
-        "size",
-        1 << 30,
-        "RAM tier budget: keys, values and per-entry overhead (0 = unlimited)",
-        "Memory",
-        runtime=True,
-    ),
-    Spec(
-        "maxmemory-policy",
+    )
+    tcp_backlog: int = _key("int", 511, "listen() backlog", "Network", low=1, high=65535)
+    tcp_keepalive: int = _key("int", 300, "TCP keepalive interval in seconds (0 = off)", "Network", low=0, runtime=True)
+    timeout: int = _key("int", 0, "close clients idle this many seconds (0 = never)", "Network", low=0, runtime=True)
+    maxclients: int = _key("int", 10000, "most simultaneous clients", "Network", low=1, runtime=True)
+    # Security
+    requirepass: str = _key("str", "", "password of the default user (empty = no AUTH)", "Security", runtime=True)
+    tls_port: int = _key("int", 0, "TLS port (0 = TLS off)", "Security", low=0, high=65535)
+    tls_cert_file: str = _key("str", "", "server certificate chain (PEM); needed when tls-port is set", "Security")
+    tls_key_file: str = _key("str", "", "server private key (PEM); needed when tls-port is set", "Security")
+    tls_ca_cert_file: str = _key("str", "", "CA bundle that signs client certificates", "Security")
+    tls_auth_clients: str = _key(
+        "choice",
+        "no",
+        "yes | no | optional: require client certificates",
+        "Security",
+        choices=("yes", "no", "optional"),
+    )
+    # Memory
+    maxmemory: int = _key(
+        "size", 1 << 30, "RAM tier budget: keys, values and per-entry overhead (0 = unlimited)", "Memory", runtime=True
+    )
+    maxmemory_policy: str = _key(
         "choice",
         "allkeys-lru",
-        "allkeys-lru demotes/evicts LRU; noeviction answers -OOM",
+        "allkeys-lru demotes/evicts the least recently used; noeviction answers -OOM",
         "Memory",
         choices=("allkeys-lru", "noeviction"),
         runtime=True,
-    ),
-    Spec(
-        "proto-max-bulk-len", "size", 512 << 20, "largest bulk string (value) accepted", "Limits", 1 << 20, runtime=True
-    ),
-    Spec(
-        "client-query-buffer-limit",
-        "size",
-        1 << 30,
-        "largest pending request per client",
-        "Limits",
-        1 << 20,
-        runtime=True,
-    ),
-    Spec(
-        "client-output-buffer-soft-limit",
-        "size",
-        64 << 20,
-        "stop reading a client's requests while this much output waits",
-        "Limits",
-        runtime=True,
-    ),
-    Spec(
-        "client-output-buffer-hard-limit",
-        "size",
-        1 << 30,
-        "disconnect a client with this much output waiting (0 = never)",
-        "Limits",
-        runtime=True,
-    ),
-    Spec("persistence", "bool", True, "append every write to segment files (false = pure RAM cache)", "Persistence"),
-    Spec("dir", "str", "./data", "directory of the segment files", "Persistence"),
-    Spec(
-        "appendfsync",
+    )
+    # Limits
+    proto_max_bulk_len: int = _key(
+        "size", 512 << 20, "largest bulk string (value) accepted", "Limits", low=1 << 20, runtime=True
+    )
+    client_query_buffer_limit: int = _key(
+        "size", 1 << 30, "largest pending request per client", "Limits", low=1 << 20, runtime=True
+    )
+    client_output_buffer_soft_limit: int = _key(
+        "size", 64 << 20, "stop reading a client's requests while this much output waits", "Limits", runtime=True
+    )
+    client_output_buffer_hard_limit: int = _key(
+        "size", 1 << 30, "disconnect a client with this much output waiting (0 = never)", "Limits", runtime=True
+    )
+    # Persistence
+    persistence: bool = _key(
+        "bool", True, "append every write to segment files (false = pure RAM cache)", "Persistence"
+    )
+    dir: str = _key("str", "./data", "directory of the segment files", "Persistence")
+    appendfsync: str = _key(
         "choice",
         "everysec",
-        "always | everysec | no: when writes reach the device",
+        "always | everysec | no: when writes are fsynced to the device",
         "Persistence",
         choices=("always", "everysec", "no"),
         runtime=True,
-    ),
-    Spec("segment-size", "size", 256 << 20, "segments roll at this size", "Persistence", 1 << 20),
-    Spec(
-        "max-disk",
-        "size",
-        64 << 30,
-        "disk tier budget; the coldest data goes first (0 = unlimited)",
-        "Persistence",
-        runtime=True,
-    ),
-    Spec(
-        "compaction-dead-ratio",
+    )
+    segment_size: int = _key("size", 256 << 20, "segments roll over at this size", "Persistence", low=1 << 20)
+    max_disk: int = _key(
+        "size", 64 << 30, "disk tier budget; the coldest data goes first (0 = unlimited)", "Persistence", runtime=True
+    )
+    compaction_dead_ratio: float = _key(
         "float",
         0.5,
-        "compact a sealed segment once this share of it is dead",
+        "compact a sealed segment once this share of it is dead, in (0, 1]",
         "Persistence",
-        0.01,
-        1.0,
+        low=0.0,
+        high=1.0,
         runtime=True,
-    ),
-    Spec(
-        "loglevel",
-        "choice",
-        "info",
-        "debug | info | warning",
-        "Logging",
-        choices=("debug", "info", "warning"),
-        runtime=True,
-    ),
-    Spec("logfile", "str", "", "log file (empty = stderr)", "Logging"),
-)
-_BY_NAME = {spec.name: spec for spec in SPECS}
-RUNTIME_KEYS = frozenset(spec.name for spec in SPECS if spec.runtime)
+    )
+    # Logging
+    loglevel: str = _key(
+        "choice", "info", "debug | info | warning", "Logging", choices=("debug", "info", "warning"), runtime=True
+    )
+    logfile: str = _key("str", "", "log file (empty = stderr)", "Logging")
+    # Not a key: where the settings came from (None = defaults and command line only).
+    config_file: str | None = None
 
 
-def _field(name: str) -> str:
+def _name(attr: str) -> str:
+    return attr.replace("_", "-")
+
+
+def _attr(name: str) -> str:
     return name.replace("-", "_")
 
 
-Settings = dataclasses.make_dataclass(
-    "Settings",
-    [(_field(spec.name), Any) for spec in SPECS] + [("config_file", Any, dataclasses.field(default=None))],
-    frozen=True,
-    slots=True,
+SPECS: tuple[Spec, ...] = tuple(
+    Spec(_name(f.name), kind, f.default, help, section, **extra)
+    for f in dataclasses.fields(Settings)
+    if "spec" in f.metadata
+    for kind, help, section, extra in [f.metadata["spec"]]
 )
-Settings.__doc__ = "The daemon's settings; one attribute per key of kvd.toml, dashes as underscores."
+_BY_NAME: dict[str, Spec] = {spec.name: spec for spec in SPECS}
+RUNTIME_KEYS: frozenset[str] = frozenset(spec.name for spec in SPECS if spec.runtime)
+
+
+# -- conversion -----------------------------------------------------------------------------------------------
+
+_INT = re.compile(r"[+-]?\d+", re.ASCII)
+_TRUE = ("yes", "true", "1", "on")
+_FALSE = ("no", "false", "0", "off")
 
 
 def _convert(spec: Spec, raw: Any, from_text: bool) -> Any:
-    """Convert and validate one value; raises ValueError with what was expected."""
-    kind = spec.kind
+    """One value, converted and range-checked; ValueError says what was expected (without the key)."""
+    kind, low, high = spec.kind, spec.low, spec.high
+    if kind == "int":
+        value: int | None = raw if isinstance(raw, int) and not isinstance(raw, bool) else None
+        if from_text and isinstance(raw, str) and _INT.fullmatch(raw.strip()):
+            value = int(raw)
+        if value is None or (low is not None and value < low) or (high is not None and value > high):
+            bounds = f" {low:g}-{high:g}" if high is not None else f" >= {low:g}" if low is not None else ""
+            raise ValueError(f"expected an integer{bounds}, got {raw!r}")
+        return value
     if kind == "size":
+        if isinstance(raw, str) and raw.strip().startswith("-"):
+            raise ValueError(f"expected a size like 512mb or 4GiB (not negative), got {raw!r}")
         try:
             value = parse_size(raw)
         except ValueError:
             raise ValueError(f"expected a size like 512mb or 4GiB, got {raw!r}") from None
-    elif kind == "int":
-        if isinstance(raw, bool) or not (isinstance(raw, int) or (from_text and re.fullmatch(r"-?\d+", str(raw)))):
-            raise ValueError(f"expected an integer, got {raw!r}")
-        value = int(raw)
-    elif kind == "float":
-        try:
-            if isinstance(raw, bool):
-                raise ValueError
+        if low is not None and value < low:
+            raise ValueError(f"expected a size of at least {_size_text(int(low))}, got {raw!r}")
+        return value
+    if kind == "float":
+        value = None
+        if isinstance(raw, int | float) and not isinstance(raw, bool):
             value = float(raw)
-        except (TypeError, ValueError):
-            raise ValueError(f"expected a number, got {raw!r}") from None
-    elif kind == "bool":
+        elif from_text and isinstance(raw, str):
+            try:
+                value = float(raw)
+            except ValueError:
+                value = None
+        # low is exclusive for floats: the only float key is a ratio in (0, 1]
+        if value is None or value != value or not (low is None or value > low) or not (high is None or value <= high):
+            raise ValueError(f"expected a number in ({low:g}, {high:g}], got {raw!r}")
+        return value
+    if kind == "bool":
         if isinstance(raw, bool):
-            value = raw
-        elif from_text and str(raw).lower() in ("yes", "true", "1", "on"):
-            value = True
-        elif from_text and str(raw).lower() in ("no", "false", "0", "off"):
-            value = False
-        else:
-            raise ValueError(f"expected true or false, got {raw!r}")
-    elif kind == "list":
+            return raw
+        if from_text and isinstance(raw, str) and raw.strip().lower() in _TRUE + _FALSE:
+            return raw.strip().lower() in _TRUE
+        raise ValueError(f"expected {'yes or no' if from_text else 'true or false'}, got {raw!r}")
+    if kind == "list":
         if isinstance(raw, str):
-            value = raw.split()
+            items = raw.split()
         elif isinstance(raw, list) and all(isinstance(x, str) for x in raw):
-            value = list(raw)
+            items = [x.strip() for x in raw]
         else:
             raise ValueError(f"expected a list of addresses, got {raw!r}")
-        if not value:
-            raise ValueError("expected at least one address")
-        return tuple(value)
-    elif kind == "choice":
-        if not isinstance(raw, str) or raw.lower() not in spec.choices:
+        if not items or not all(items) or any(len(x.split()) != 1 for x in items):
+            raise ValueError(f"expected one or more addresses without spaces, got {raw!r}")
+        return tuple(items)
+    if kind == "choice":
+        if not isinstance(raw, str) or raw.strip().lower() not in spec.choices:
             raise ValueError(f"expected one of {', '.join(spec.choices)}, got {raw!r}")
-        return raw.lower()
-    else:
-        if not isinstance(raw, str):
-            raise ValueError(f"expected a string, got {raw!r}")
-        return raw
-    if spec.low is not None and value < spec.low:
-        raise ValueError(f"must be at least {spec.low:g}, got {raw!r}")
-    if spec.high is not None and value > spec.high:
-        raise ValueError(f"must be at most {spec.high:g}, got {raw!r}")
-    return value
+        return raw.strip().lower()
+    if not isinstance(raw, str):
+        raise ValueError(f"expected a string, got {raw!r}")
+    if "\x00" in raw:
+        raise ValueError("must not contain NUL bytes")
+    return raw
 
 
-def _unknown(name: str) -> str:
-    close = difflib.get_close_matches(name, list(_BY_NAME), n=1)
-    return f"unknown key '{name}'" + (f" (did you mean '{close[0]}'?)" if close else "")
+def _unknown(name: str, flag: bool = False) -> str:
+    close = difflib.get_close_matches(name.replace("_", "-").lower(), list(_BY_NAME), n=1, cutoff=0.6)
+    dash = "--" if flag else ""
+    hint = f" (did you mean '{dash}{close[0]}'?)" if close else ""
+    return f"unknown key '{dash}{name}'{hint}"
 
 
-def _check(values: dict[str, Any], where: str) -> None:
-    """Rules that involve more than one key."""
-    if values["tls-port"] and not (values["tls-cert-file"] and values["tls-key-file"]):
-        raise ConfigError(f"{where}: tls-port: needs tls-cert-file and tls-key-file")
-    hard, soft = values["client-output-buffer-hard-limit"], values["client-output-buffer-soft-limit"]
+def _cross_check(v: dict[str, Any]) -> str | None:
+    """Rules that involve more than one key; returns 'key: problem' or None."""
+    if v["tls-port"]:
+        missing = [k for k in ("tls-cert-file", "tls-key-file") if not v[k]]
+        if missing:
+            return f"tls-port: TLS needs {' and '.join(missing)}"
+        if v["tls-port"] == v["port"]:
+            return f"tls-port: must differ from port ({v['port']})"
+        if v["tls-auth-clients"] != "no" and not v["tls-ca-cert-file"]:
+            return f"tls-auth-clients: '{v['tls-auth-clients']}' needs tls-ca-cert-file to verify client certificates"
+    elif not v["port"]:
+        return "port: 0 turns plain TCP off, so tls-port must be set or nothing would listen"
+    soft, hard = v["client-output-buffer-soft-limit"], v["client-output-buffer-hard-limit"]
     if hard and soft > hard:
-        raise ConfigError(f"{where}: client-output-buffer-soft-limit: must not exceed client-output-buffer-hard-limit")
-    if not values["port"] and not values["tls-port"]:
-        raise ConfigError(f"{where}: port: 0 needs a tls-port, or nothing would listen")
+        return (
+            f"client-output-buffer-soft-limit: {soft} must not exceed client-output-buffer-hard-limit ({hard}; "
+            "0 = no hard limit)"
+        )
+    if v["persistence"] and not v["dir"].strip():
+        return "dir: must not be empty while persistence is on"
+    return None
 
 
-def load_settings(config_path: str | None, overrides: Sequence[str] = ()) -> Any:
-    """Defaults, then the TOML file, then ``--key value`` / ``--key=value`` overrides."""
-    values = {spec.name: spec.default for spec in SPECS}
-    where = config_path or "defaults"
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _fail(where: str, message: str) -> ConfigError:
+    return ConfigError(_one_line(f"{where}: {message}" if where else message))
+
+
+# -- public API -----------------------------------------------------------------------------------------------
+
+
+def load_settings(config_path: str | None, overrides: Sequence[str] = ()) -> Settings:
+    """Defaults, then the TOML file (if any), then ``--key value`` / ``--key=value`` overrides (last wins).
+
+    As with redis-server, words after a flag's value that do not start with ``--`` join it, so
+    ``--bind 127.0.0.1 ::1`` and ``--bind "127.0.0.1 ::1"`` are the same.
+    """
+    values: dict[str, Any] = {spec.name: spec.default for spec in SPECS}
     if config_path is not None:
-        try:
-            with open(config_path, "rb") as f:
-                data = tomllib.load(f)
-        except FileNotFoundError:
-            raise ConfigError(f"{config_path}: no such file") from None
-        except OSError as exc:
-            raise ConfigError(f"{config_path}: cannot read: {exc.strerror}") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"{config_path}: not valid TOML: {exc}") from None
-        for name, raw in data.items():
+        for name, raw in _read_toml(config_path).items():
             spec = _BY_NAME.get(name)
             if spec is None:
-                raise ConfigError(f"{config_path}: {_unknown(name)}")
+                table = " (all keys are top-level; tables are not used)" if isinstance(raw, dict) else ""
+                raise _fail(config_path, _unknown(name) + table)
             try:
                 values[name] = _convert(spec, raw, from_text=False)
             except ValueError as exc:
-                raise ConfigError(f"{config_path}: {name}: {exc}") from None
-    args = list(overrides)
+                raise _fail(config_path, f"{name}: {exc}") from None
+    args = [str(a) for a in overrides]
     i = 0
     while i < len(args):
         flag = args[i]
-        if not flag.startswith("--"):
-            raise ConfigError(f"{flag}: expected a --setting, got a stray argument")
+        if not flag.startswith("--") or flag == "--":
+            raise _fail(repr(flag), "expected --<key> <value>")
         name, eq, raw = flag[2:].partition("=")
-        if not eq:
-            if i + 1 >= len(args):
-                raise ConfigError(f"--{name}: needs a value")
-            raw = args[i + 1]
-            i += 1
         i += 1
+        if not eq:
+            if i >= len(args):
+                raise _fail(f"--{name}", "needs a value")
+            words = [args[i]]  # the value itself may start with '--' (a password, say)
+            i += 1
+            while i < len(args) and not args[i].startswith("--"):
+                words.append(args[i])
+                i += 1
+            raw = " ".join(words)
         spec = _BY_NAME.get(name)
         if spec is None:
-            raise ConfigError(f"--{name}: {_unknown(name)}")
+            raise _fail(f"--{name}", _unknown(name, flag=True))
         try:
             values[name] = _convert(spec, raw, from_text=True)
         except ValueError as exc:
-            raise ConfigError(f"--{name}: {exc}") from None
-    _check(values, where if config_path is not None else "command line")
-    values["bind"] = tuple(values["bind"])
-    return Settings(**{_field(k): v for k, v in values.items()}, config_file=config_path)
+            raise _fail(f"--{name}", str(exc)) from None
+    problem = _cross_check(values)
+    if problem:
+        if config_path is None:
+            where = "command line"
+        else:
+            where = config_path + (" (with command-line overrides)" if args else "")
+        raise _fail(where, problem)
+    return Settings(**{_attr(k): v for k, v in values.items()}, config_file=config_path)
+
+
+def _read_toml(path: str) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except FileNotFoundError:
+        raise _fail(path, "no such file") from None
+    except IsADirectoryError:
+        raise _fail(path, "is a directory, not a TOML file") from None
+    except OSError as exc:
+        raise _fail(path, f"cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise _fail(path, "not valid UTF-8") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise _fail(path, f"not valid TOML: {exc}") from None
 
 
 def _display(spec: Spec, value: Any) -> str:
@@ -330,43 +429,47 @@ def _display(spec: Spec, value: Any) -> str:
     return str(value)
 
 
-def settings_items(s: Any) -> list[tuple[str, str]]:
-    """(key, value) for every setting as CONFIG GET prints it: sizes in bytes, booleans as yes/no."""
-    return [(spec.name, _display(spec, getattr(s, _field(spec.name)))) for spec in SPECS]
+def settings_items(s: Settings) -> list[tuple[str, str]]:
+    """(key, value) for every key as CONFIG GET prints it: sizes in bytes, booleans yes/no, lists space-separated."""
+    return [(spec.name, _display(spec, getattr(s, _attr(spec.name)))) for spec in SPECS]
 
 
-def apply_runtime(s: Any, key: str, value: str) -> Any:
-    """CONFIG SET: a new Settings with ``key`` changed; ConfigError for unknown or start-up-only keys."""
-    spec = _BY_NAME.get(key)
+def apply_runtime(s: Settings, key: str, value: str) -> Settings:
+    """CONFIG SET: a new Settings with ``key`` changed; ConfigError for unknown, start-up-only or bad values.
+
+    The message carries no file name (the caller wraps it in Redis's ``ERR CONFIG SET failed ...``).
+    """
+    name = key.strip().lower()
+    spec = _BY_NAME.get(name)
     if spec is None:
-        raise ConfigError(_unknown(key))
+        raise _fail("", _unknown(key))
     if not spec.runtime:
-        raise ConfigError(f"'{key}' can only be set at start-up (kvd.toml or --{key})")
+        raise _fail(name, f"cannot be changed at run time (set it in the config file or with --{name} at start-up)")
     try:
         converted = _convert(spec, value, from_text=True)
     except ValueError as exc:
-        raise ConfigError(f"{key}: {exc}") from None
-    new = dataclasses.replace(s, **{_field(key): converted})
-    _check({spec.name: getattr(new, _field(spec.name)) for spec in SPECS}, "CONFIG SET")
+        raise _fail(name, str(exc)) from None
+    new = dataclasses.replace(s, **{_attr(name): converted})
+    problem = _cross_check({sp.name: getattr(new, _attr(sp.name)) for sp in SPECS})
+    if problem:
+        raise _fail("", problem)
     return new
 
 
 def render_toml() -> str:
-    """The shipped kvd.toml: every key with its default and a one-line comment (tests compare the file)."""
+    """The shipped kvd.toml: every key with its default and a one-line comment (a test keeps the file equal)."""
     lines = [
-        "# kvd configuration. Every setting, with its default. Override any of them on the command line:",
-        "#   kvd --config kvd.toml --port 7000 --maxmemory 4gb",
-        "",
+        "# kvd configuration: every setting with its default. Keys are top-level, spelled as in redis.conf.",
+        "# Any of them can be overridden on the command line: kvd --config kvd.toml --port 7000 --maxmemory 4gb",
+        "# Sizes: 100 (bytes), 1k = 1000, 1kb = 1024, 512mb, 4gb, 4GiB. Keys marked [runtime] take CONFIG SET.",
     ]
     section = ""
     for spec in SPECS:
         if spec.section != section:
             section = spec.section
-            lines += [f"# --- {section} ---", ""] if lines[-1] != "" else [f"# --- {section} ---"]
-        lines.append(f"# {spec.help}")
-        lines.append(f"{spec.name} = {_toml_value(spec)}")
-        lines.append("")
-    return "\n".join(lines).rstrip() + "\n"
+            lines += ["", f"# --- {section} ---"]
+        lines += ["", f"# {spec.help}{' [runtime]' if spec.runtime else ''}", f"{spec.name} = {_toml_value(spec)}"]
+    return "\n".join(lines) + "\n"
 
 
 def _toml_value(spec: Spec) -> str:
@@ -376,13 +479,11 @@ def _toml_value(spec: Spec) -> str:
     if spec.kind == "list":
         return "[" + ", ".join(f'"{v}"' for v in value) + "]"
     if spec.kind == "size":
-        for unit, factor in (("gb", 1 << 30), ("mb", 1 << 20), ("kb", 1 << 10)):
-            if value and value % factor == 0:
-                return f'"{value // factor}{unit}"'
-        return str(value)
+        return f'"{_size_text(value)}"'
     if spec.kind in ("str", "choice"):
         return f'"{value}"'
     return str(value)
 
 
-_ = Callable  # typing re-export for readers of this module
+if __name__ == "__main__":  # python -m kvd.config > kvd.toml
+    print(render_toml(), end="")

@@ -1,0 +1,467 @@
+"""kvd.config: defaults, the shipped kvd.toml, sizes, one-line errors, overrides, CONFIG GET/SET helpers."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from kvd.config import (
+    RUNTIME_KEYS,
+    SPECS,
+    ConfigError,
+    Settings,
+    apply_runtime,
+    format_size,
+    load_settings,
+    parse_size,
+    render_toml,
+    settings_items,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+KVD_TOML = ROOT / "kvd.toml"
+
+
+def write(tmp_path: Path, body: str, name: str = "kvd.toml") -> str:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(body))
+    return str(path)
+
+
+def error_of(path: str | None, *overrides: str) -> str:
+    with pytest.raises(ConfigError) as info:
+        load_settings(path, list(overrides))
+    text = str(info.value)
+    assert "\n" not in text
+    return text
+
+
+# -- defaults and the shipped file ---------------------------------------------------------------------------
+
+
+def test_defaults() -> None:
+    s = load_settings(None)
+    assert s == Settings()
+    assert s.config_file is None
+    assert s.bind == ("127.0.0.1",)
+    assert s.port == 6379
+    assert s.protected_mode is True
+    assert s.requirepass == ""
+    assert (s.maxclients, s.timeout, s.tcp_keepalive, s.tcp_backlog) == (10000, 0, 300, 511)
+    assert s.maxmemory == 1 << 30
+    assert s.maxmemory_policy == "allkeys-lru"
+    assert s.proto_max_bulk_len == 512 << 20
+    assert s.client_query_buffer_limit == 1 << 30
+    assert s.client_output_buffer_soft_limit == 64 << 20
+    assert s.client_output_buffer_hard_limit == 1 << 30
+    assert s.persistence is True
+    assert s.dir == "./data"
+    assert s.appendfsync == "everysec"
+    assert s.segment_size == 256 << 20
+    assert s.max_disk == 64 << 30
+    assert s.compaction_dead_ratio == 0.5
+    assert (s.tls_port, s.tls_cert_file, s.tls_key_file, s.tls_ca_cert_file) == (0, "", "", "")
+    assert s.tls_auth_clients == "no"
+    assert (s.loglevel, s.logfile) == ("info", "")
+
+
+def test_every_field_is_a_key() -> None:
+    fields = [f.name for f in dataclasses.fields(Settings) if f.name != "config_file"]
+    assert [spec.name.replace("-", "_") for spec in SPECS] == fields
+    assert {spec.name for spec in SPECS} >= RUNTIME_KEYS
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        Settings().port = 1  # type: ignore[misc]
+
+
+def test_shipped_kvd_toml_loads_to_the_defaults() -> None:
+    s = load_settings(str(KVD_TOML))
+    assert s == Settings(config_file=str(KVD_TOML))
+    assert dataclasses.replace(s, config_file=None) == load_settings(None)
+
+
+def test_shipped_kvd_toml_documents_every_key() -> None:
+    lines = KVD_TOML.read_text().splitlines()
+    keys = {}
+    for i, line in enumerate(lines):
+        if line and not line.startswith("#"):
+            key = line.split("=")[0].strip()
+            keys[key] = i
+            assert lines[i - 1].startswith("# ") and len(lines[i - 1]) > 4, f"{key} has no comment above it"
+    assert list(keys) == [spec.name for spec in SPECS]
+    assert "# --- Network ---" in lines
+    assert KVD_TOML.read_text() == render_toml(), "regenerate with: .venv/bin/python -m kvd.config > kvd.toml"
+
+
+# -- sizes ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("100", 100),
+        (1024, 1024),
+        (0, 0),
+        ("0", 0),
+        ("10b", 10),
+        ("1k", 1000),
+        ("1kb", 1024),
+        ("1m", 1_000_000),
+        ("1mb", 1 << 20),
+        ("512mb", 512 << 20),
+        ("1g", 1_000_000_000),
+        ("1gb", 1 << 30),
+        ("4gb", 4 << 30),
+        ("1t", 10**12),
+        ("1tb", 1 << 40),
+        ("1KiB", 1024),
+        ("2MiB", 2 << 20),
+        ("4GiB", 4 << 30),
+        ("1TiB", 1 << 40),
+        ("4GB", 4 << 30),
+        ("4Gb", 4 << 30),
+        (" 64 mb ", 64 << 20),
+        ("1.5gb", 3 << 29),
+        ("0.5k", 500),
+    ],
+)
+def test_parse_size(text: str | int, expected: int) -> None:
+    assert parse_size(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text", ["", "lots", "-1", -1, "1 2", "1xb", "1.2.3gb", "gb", "1e9", True, 1.5, "٣mb", "9" * 30]
+)
+def test_parse_size_rejects(text: object) -> None:
+    with pytest.raises(ValueError):
+        parse_size(text)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("n", "text"), [(0, "0 B"), (512, "512 B"), (1536, "1.50 KiB"), (1 << 20, "1.00 MiB"), (1 << 30, "1.00 GiB")]
+)
+def test_format_size(n: int, text: str) -> None:
+    assert format_size(n) == text
+
+
+def test_sizes_in_the_file_take_every_unit(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """
+        maxmemory = "512mb"
+        max-disk = "4GiB"
+        segment-size = 2097152
+        proto-max-bulk-len = "2m"
+        client-output-buffer-soft-limit = "1k"
+        client-output-buffer-hard-limit = 0
+        """,
+    )
+    s = load_settings(path)
+    assert (s.maxmemory, s.max_disk, s.segment_size) == (512 << 20, 4 << 30, 2 << 20)
+    assert (s.proto_max_bulk_len, s.client_output_buffer_soft_limit, s.client_output_buffer_hard_limit) == (
+        2_000_000,
+        1000,
+        0,
+    )
+    assert s.config_file == path
+
+
+# -- errors: one line, naming file and key ------------------------------------------------------------------
+
+
+def test_bad_size_message(tmp_path: Path) -> None:
+    path = write(tmp_path, 'maxmemory = "lots"\n')
+    assert error_of(path) == f"{path}: maxmemory: expected a size like 512mb or 4GiB, got 'lots'"
+
+
+def test_unknown_key_suggests(tmp_path: Path) -> None:
+    path = write(tmp_path, 'maxmemroy = "1gb"\n')
+    assert error_of(path) == f"{path}: unknown key 'maxmemroy' (did you mean 'maxmemory'?)"
+
+
+def test_unknown_key_without_suggestion(tmp_path: Path) -> None:
+    path = write(tmp_path, "zzzqqq = 1\n")
+    assert error_of(path) == f"{path}: unknown key 'zzzqqq'"
+
+
+def test_tables_are_not_keys(tmp_path: Path) -> None:
+    path = write(tmp_path, "[network]\nport = 7000\n")
+    assert "unknown key 'network'" in error_of(path) and "top-level" in error_of(path)
+
+
+@pytest.mark.parametrize(
+    ("body", "fragment"),
+    [
+        ('port = "6379"', "port: expected an integer 0-65535, got '6379'"),
+        ("port = true", "port: expected an integer 0-65535, got True"),
+        ("port = 70000", "port: expected an integer 0-65535, got 70000"),
+        ("port = -1", "port: expected an integer 0-65535, got -1"),
+        ("maxclients = 0", "maxclients: expected an integer >= 1, got 0"),
+        ("timeout = -5", "timeout: expected an integer >= 0, got -5"),
+        ('appendfsync = "maybe"', "appendfsync: expected one of always, everysec, no, got 'maybe'"),
+        ('maxmemory-policy = "volatile-lru"', "maxmemory-policy: expected one of allkeys-lru, noeviction"),
+        ('protected-mode = "yes"', "protected-mode: expected true or false, got 'yes'"),
+        ("persistence = 1", "persistence: expected true or false, got 1"),
+        ('maxmemory = "-1gb"', "maxmemory: expected a size like 512mb or 4GiB (not negative), got '-1gb'"),
+        ("maxmemory = -1", "maxmemory: expected a size like 512mb or 4GiB, got -1"),
+        ("maxmemory = 1.5", "maxmemory: expected a size like 512mb or 4GiB, got 1.5"),
+        ('proto-max-bulk-len = "512kb"', "proto-max-bulk-len: expected a size of at least 1mb, got '512kb'"),
+        ('segment-size = "1kb"', "segment-size: expected a size of at least 1mb"),
+        ("compaction-dead-ratio = 0", "compaction-dead-ratio: expected a number in (0, 1], got 0"),
+        ("compaction-dead-ratio = 1.5", "compaction-dead-ratio: expected a number in (0, 1], got 1.5"),
+        ('compaction-dead-ratio = "half"', "compaction-dead-ratio: expected a number in (0, 1], got 'half'"),
+        ("bind = []", "bind: expected one or more addresses"),
+        ("bind = [1, 2]", "bind: expected a list of addresses, got [1, 2]"),
+        ('loglevel = "verbose"', "loglevel: expected one of debug, info, warning, got 'verbose'"),
+        ("requirepass = 123", "requirepass: expected a string, got 123"),
+        ('tls-auth-clients = "sometimes"', "tls-auth-clients: expected one of yes, no, optional"),
+    ],
+)
+def test_wrong_type_or_impossible_value(tmp_path: Path, body: str, fragment: str) -> None:
+    path = write(tmp_path, body + "\n")
+    assert error_of(path).startswith(f"{path}: {fragment}")
+
+
+def test_compaction_ratio_accepts_one_as_integer(tmp_path: Path) -> None:
+    assert load_settings(write(tmp_path, "compaction-dead-ratio = 1\n")).compaction_dead_ratio == 1.0
+
+
+@pytest.mark.parametrize(
+    ("body", "fragment"),
+    [
+        ("tls-port = 6380", "tls-port: TLS needs tls-cert-file and tls-key-file"),
+        ('tls-port = 6380\ntls-cert-file = "c.pem"', "tls-port: TLS needs tls-key-file"),
+        ('tls-port = 6379\ntls-cert-file = "c.pem"\ntls-key-file = "k.pem"', "tls-port: must differ from port"),
+        (
+            'tls-port = 6380\ntls-cert-file = "c.pem"\ntls-key-file = "k.pem"\ntls-auth-clients = "yes"',
+            "tls-auth-clients: 'yes' needs tls-ca-cert-file",
+        ),
+        ("port = 0", "port: 0 turns plain TCP off, so tls-port must be set"),
+        (
+            'client-output-buffer-soft-limit = "2gb"\nclient-output-buffer-hard-limit = "1gb"',
+            "client-output-buffer-soft-limit: 2147483648 must not exceed client-output-buffer-hard-limit",
+        ),
+        ('dir = ""', "dir: must not be empty while persistence is on"),
+    ],
+)
+def test_cross_field_rules(tmp_path: Path, body: str, fragment: str) -> None:
+    path = write(tmp_path, body + "\n")
+    assert error_of(path).startswith(f"{path}: {fragment}")
+
+
+def test_cross_field_rules_that_pass(tmp_path: Path) -> None:
+    s = load_settings(
+        write(
+            tmp_path,
+            """
+            port = 0
+            tls-port = 6380
+            tls-cert-file = "c.pem"
+            tls-key-file = "k.pem"
+            tls-ca-cert-file = "ca.pem"
+            tls-auth-clients = "optional"
+            client-output-buffer-soft-limit = "2gb"
+            client-output-buffer-hard-limit = 0
+            persistence = false
+            dir = ""
+            """,
+        )
+    )
+    assert (s.port, s.tls_port, s.tls_auth_clients, s.persistence) == (0, 6380, "optional", False)
+
+
+def test_file_problems(tmp_path: Path) -> None:
+    missing = str(tmp_path / "nope.toml")
+    assert error_of(missing) == f"{missing}: no such file"
+    assert error_of(str(tmp_path)) == f"{tmp_path}: is a directory, not a TOML file"
+    broken = write(tmp_path, "port = \n[[[\n")
+    assert error_of(broken).startswith(f"{broken}: not valid TOML: ")
+    binary = tmp_path / "bin.toml"
+    binary.write_bytes(b"port = \xff\xfe\n")
+    assert error_of(str(binary)).startswith(f"{binary}: not valid")
+
+
+# -- command-line overrides ---------------------------------------------------------------------------------
+
+
+def test_overrides_win_over_the_file(tmp_path: Path) -> None:
+    path = write(tmp_path, 'port = 7000\nmaxmemory = "1mb"\nappendfsync = "no"\n')
+    s = load_settings(
+        path,
+        ["--port", "7001", "--maxmemory", "512mb", "--appendfsync", "always", "--bind", "127.0.0.1 ::1"],
+    )
+    assert (s.port, s.maxmemory, s.appendfsync, s.bind) == (7001, 512 << 20, "always", ("127.0.0.1", "::1"))
+    assert s.config_file == path
+
+
+def test_equals_form_and_later_flags_win() -> None:
+    s = load_settings(None, ["--port=7000", "--maxmemory=4GiB", "--port", "7002", "--requirepass="])
+    assert (s.port, s.maxmemory, s.requirepass) == (7002, 4 << 30, "")
+
+
+def test_redis_style_multi_word_values() -> None:
+    assert load_settings(None, ["--bind", "127.0.0.1", "::1", "--port", "7000"]).bind == ("127.0.0.1", "::1")
+
+
+def test_value_may_start_with_dashes() -> None:
+    assert load_settings(None, ["--requirepass", "--secret--"]).requirepass == "--secret--"
+
+
+@pytest.mark.parametrize(
+    ("word", "expected"), [("yes", True), ("no", False), ("true", True), ("FALSE", False), ("1", True), ("0", False)]
+)
+def test_command_line_booleans(word: str, expected: bool) -> None:
+    assert load_settings(None, ["--protected-mode", word]).protected_mode is expected
+    assert load_settings(None, [f"--persistence={word}"]).persistence is expected
+
+
+def test_command_line_values_are_converted_like_toml() -> None:
+    s = load_settings(None, ["--compaction-dead-ratio", "0.25", "--timeout", "+30", "--maxclients", " 5 "])
+    assert (s.compaction_dead_ratio, s.timeout, s.maxclients) == (0.25, 30, 5)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--port", "99999"], "--port: expected an integer 0-65535, got '99999'"),
+        (["--port", "12ab"], "--port: expected an integer 0-65535, got '12ab'"),
+        (["--port", "7000", "extra"], "--port: expected an integer 0-65535, got '7000 extra'"),
+        (["--maxmemroy", "1gb"], "--maxmemroy: unknown key '--maxmemroy' (did you mean '--maxmemory'?)"),
+        (["--max_disk", "1gb"], "--max_disk: unknown key '--max_disk' (did you mean '--max-disk'?)"),
+        (["--appendfsync", "maybe"], "--appendfsync: expected one of always, everysec, no, got 'maybe'"),
+        (["--protected-mode", "perhaps"], "--protected-mode: expected yes or no, got 'perhaps'"),
+        (["--maxmemory", "-5"], "--maxmemory: expected a size like 512mb or 4GiB (not negative), got '-5'"),
+        (["--port"], "--port: needs a value"),
+        (["port", "7000"], "'port': expected --<key> <value>"),
+        (["--bind="], "--bind: expected one or more addresses without spaces, got ''"),
+        (["--tls-port", "6380"], "command line: tls-port: TLS needs tls-cert-file and tls-key-file"),
+    ],
+)
+def test_command_line_errors(args: list[str], message: str) -> None:
+    assert error_of(None, *args) == message
+
+
+def test_cross_field_error_with_file_and_overrides(tmp_path: Path) -> None:
+    path = write(tmp_path, 'client-output-buffer-hard-limit = "100mb"\n')
+    message = error_of(path, "--client-output-buffer-soft-limit", "200mb")
+    assert message.startswith(f"{path} (with command-line overrides): client-output-buffer-soft-limit:")
+
+
+# -- CONFIG GET / CONFIG SET helpers ------------------------------------------------------------------------
+
+
+def test_settings_items_formatting() -> None:
+    s = load_settings(None, ["--bind", "127.0.0.1 ::1", "--protected-mode", "no", "--maxmemory", "512mb"])
+    items = settings_items(s)
+    assert [k for k, _ in items] == [spec.name for spec in SPECS]
+    got = dict(items)
+    assert got["bind"] == "127.0.0.1 ::1"
+    assert got["protected-mode"] == "no"
+    assert got["persistence"] == "yes"
+    assert got["maxmemory"] == str(512 << 20)
+    assert got["max-disk"] == str(64 << 30)
+    assert got["port"] == "6379"
+    assert got["compaction-dead-ratio"] == "0.5"
+    assert got["appendfsync"] == "everysec"
+    assert got["requirepass"] == ""
+    assert all(isinstance(v, str) for _, v in items)
+
+
+def test_runtime_keys() -> None:
+    expected = {
+        "maxmemory",
+        "maxmemory-policy",
+        "requirepass",
+        "maxclients",
+        "timeout",
+        "appendfsync",
+        "proto-max-bulk-len",
+        "client-query-buffer-limit",
+        "client-output-buffer-soft-limit",
+        "client-output-buffer-hard-limit",
+        "loglevel",
+        "max-disk",
+        "compaction-dead-ratio",
+        "protected-mode",
+        "tcp-keepalive",
+    }
+    assert expected == RUNTIME_KEYS
+
+
+def test_apply_runtime_returns_a_new_settings() -> None:
+    s = Settings()
+    t = apply_runtime(s, "maxmemory", "2gb")
+    t = apply_runtime(t, "MAXMEMORY-POLICY", "noeviction")
+    t = apply_runtime(t, "appendfsync", "always")
+    t = apply_runtime(t, "protected-mode", "no")
+    t = apply_runtime(t, "requirepass", "s3cret")
+    t = apply_runtime(t, "compaction-dead-ratio", "0.75")
+    assert s == Settings()  # the original is untouched
+    assert (t.maxmemory, t.maxmemory_policy, t.appendfsync) == (2 << 30, "noeviction", "always")
+    assert (t.protected_mode, t.requirepass, t.compaction_dead_ratio) == (False, "s3cret", 0.75)
+    assert dict(settings_items(t))["maxmemory"] == str(2 << 30)
+
+
+@pytest.mark.parametrize("key", sorted({spec.name for spec in SPECS} - RUNTIME_KEYS))
+def test_apply_runtime_refuses_start_up_keys(key: str) -> None:
+    value = dict(settings_items(Settings()))[key]
+    with pytest.raises(ConfigError, match="cannot be changed at run time"):
+        apply_runtime(Settings(), key, value)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("maxmemroy", "1gb", "unknown key 'maxmemroy' (did you mean 'maxmemory'?)"),
+        ("maxmemory", "lots", "maxmemory: expected a size like 512mb or 4GiB, got 'lots'"),
+        ("maxclients", "0", "maxclients: expected an integer >= 1, got '0'"),
+        ("appendfsync", "maybe", "appendfsync: expected one of always, everysec, no, got 'maybe'"),
+        ("proto-max-bulk-len", "1kb", "proto-max-bulk-len: expected a size of at least 1mb, got '1kb'"),
+        (
+            "client-output-buffer-soft-limit",
+            "2gb",
+            "client-output-buffer-soft-limit: 2147483648 must not exceed client-output-buffer-hard-limit",
+        ),
+    ],
+)
+def test_apply_runtime_rejects(key: str, value: str, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        apply_runtime(Settings(), key, value)
+    assert str(info.value).startswith(message)
+    assert "\n" not in str(info.value)
+
+
+def test_apply_runtime_hard_limit_zero_lifts_the_soft_cap() -> None:
+    t = apply_runtime(Settings(), "client-output-buffer-hard-limit", "0")
+    assert apply_runtime(t, "client-output-buffer-soft-limit", "4gb").client_output_buffer_soft_limit == 4 << 30
+
+
+# -- what the CLI will print --------------------------------------------------------------------------------
+
+
+def test_bad_file_gives_a_single_line_without_traceback(tmp_path: Path) -> None:
+    path = write(tmp_path, 'maxmemory = "lots"\n')
+    script = textwrap.dedent(
+        """
+        import sys
+        from kvd.config import ConfigError, load_settings
+        try:
+            load_settings(sys.argv[1])
+        except ConfigError as exc:
+            print(f"kvd: {exc}", file=sys.stderr)
+            sys.exit(2)
+        """
+    )
+    venv_python = ROOT / ".venv" / "bin" / "python"
+    python = str(venv_python) if venv_python.exists() else sys.executable
+    proc = subprocess.run(
+        [python, "-c", script, path], capture_output=True, text=True, cwd=ROOT, timeout=60, check=False
+    )
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert proc.stderr.splitlines() == [f"kvd: {path}: maxmemory: expected a size like 512mb or 4GiB, got 'lots'"]
+    assert "Traceback" not in proc.stderr
