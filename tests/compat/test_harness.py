@@ -34,4 +34,4 @@ def test_password_option_and_url(server_factory):
     with srv.raw() as c:
         assert c.command("GET", "x").startswith(b"-NOAUTH")
     assert srv.client().ping()
-    assert srv.url == f"redis://:s3cret@127.0.0.1:{srv.port}/0"
+    assert srv.url == f"redis://default:s3cret@127.0.0.1:{srv.port}/0"

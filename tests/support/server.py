@@ -152,7 +152,7 @@ class ServerProcess:
 
     @property
     def url(self) -> str:
-        auth = f":{self.password}@" if self.password else ""
+        auth = f"default:{self.password}@" if self.password else ""  # redis-cli 7.0 ignores ":pw@"
         return f"redis://{auth}{self.host}:{self.port}/0"
 
     @property

@@ -1,0 +1,320 @@
+"""Byte-exact protocol behaviour over a plain socket, as Redis 7 does it (docs: shared notes redis-compat.md §1).
+
+Every expected byte string here was checked against Debian's redis-server 7.0 (KVD_TEST_TARGET=redis).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import time
+
+import pytest
+from support.raw import encode, parse
+
+pytestmark = [pytest.mark.compat, pytest.mark.timeout(60)]
+
+
+# -- error replies ------------------------------------------------------------------------------------------
+
+ERRORS = [
+    pytest.param([b"foo"], b"-ERR unknown command 'foo', with args beginning with: \r\n", id="unknown-no-args"),
+    pytest.param(
+        [b"foo", b"a", b"b"], b"-ERR unknown command 'foo', with args beginning with: 'a' 'b' \r\n", id="unknown-args"
+    ),
+    pytest.param([b"PING", b"a", b"b"], b"-ERR wrong number of arguments for 'ping' command\r\n", id="arity-ping"),
+    pytest.param([b"GET"], b"-ERR wrong number of arguments for 'get' command\r\n", id="arity-get"),
+    pytest.param([b"set", b"k"], b"-ERR wrong number of arguments for 'set' command\r\n", id="arity-set"),
+    pytest.param([b"SET", b"k", b"v", b"NX", b"XX"], b"-ERR syntax error\r\n", id="syntax-nx-xx"),
+    pytest.param([b"SET", b"k", b"v", b"BOGUS"], b"-ERR syntax error\r\n", id="syntax-option"),
+    pytest.param(
+        [b"SET", b"k", b"v", b"EX", b"abc"], b"-ERR value is not an integer or out of range\r\n", id="not-integer"
+    ),
+    pytest.param([b"EXPIRE", b"k", b"1.5"], b"-ERR value is not an integer or out of range\r\n", id="expire-float"),
+    pytest.param([b"SET", b"k", b"v", b"EX", b"0"], b"-ERR invalid expire time in 'set' command\r\n", id="expire-0"),
+    pytest.param(
+        [b"SET", b"k", b"v", b"PX", b"-5"], b"-ERR invalid expire time in 'set' command\r\n", id="expire-negative"
+    ),
+    pytest.param([b"SELECT", b"16"], b"-ERR DB index is out of range\r\n", id="select-16"),
+    pytest.param([b"SELECT", b"-1"], b"-ERR DB index is out of range\r\n", id="select-negative"),
+    pytest.param([b"SELECT", b"abc"], b"-ERR value is not an integer or out of range\r\n", id="select-nan"),
+    pytest.param([b"SCAN", b"abc"], b"-ERR invalid cursor\r\n", id="scan-cursor"),
+    pytest.param(
+        [b"AUTH", b"pw"],
+        b"-ERR AUTH <password> called without any password configured for the default user. "
+        b"Are you sure your configuration is correct?\r\n",
+        id="auth-without-password",
+    ),
+    pytest.param([b"HELLO", b"4"], b"-NOPROTO unsupported protocol version\r\n", id="hello-4"),
+    pytest.param(
+        [b"HELLO", b"x"], b"-ERR Protocol version is not an integer or out of range\r\n", id="hello-not-integer"
+    ),
+    pytest.param([b"HELLO", b"3", b"BOGUS"], b"-ERR Syntax error in HELLO option 'BOGUS'\r\n", id="hello-option"),
+]
+
+
+@pytest.mark.parametrize(("argv", "expected"), ERRORS)
+def test_error_reply_bytes(module_server, argv, expected):
+    with module_server.raw() as c:
+        assert c.command(*argv) == expected
+        # an error never costs the connection
+        assert c.command("PING") == b"+PONG\r\n"
+
+
+def test_unknown_command_quotes_and_scrubs_long_args(module_server):
+    with module_server.raw() as c:
+        long_arg = b"x" * 200
+        reply = c.command(b"nosuch", long_arg)
+        assert reply == b"-ERR unknown command 'nosuch', with args beginning with: '" + b"x" * 128 + b"' \r\n"
+        # CR/LF inside user text must never reach the error line
+        reply = c.command(b"no\r\nsuch", b"a\nb")
+        assert reply == b"-ERR unknown command 'no  such', with args beginning with: 'a b' \r\n"
+        assert c.command("PING") == b"+PONG\r\n"
+
+
+def test_noauth_and_wrongpass(server_factory):
+    srv = server_factory(requirepass="s3cret")
+    with srv.raw() as c:
+        assert c.command("GET", "k") == b"-NOAUTH Authentication required.\r\n"
+        assert c.command("SET", "k", "v") == b"-NOAUTH Authentication required.\r\n"
+        assert c.command("AUTH", "wrong") == b"-WRONGPASS invalid username-password pair or user is disabled.\r\n"
+        assert (
+            c.command("AUTH", "default", "wrong")
+            == b"-WRONGPASS invalid username-password pair or user is disabled.\r\n"
+        )
+        # Redis 7.0 says "the HELLO AUTH <user> <pass> option", 7.2+ "the HELLO <proto> AUTH <user> <pass> option"
+        assert re.fullmatch(
+            rb"-NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO "
+            rb"(<proto> )?AUTH <user> <pass> option can be used to authenticate the client and select the RESP "
+            rb"protocol version at the same time\r\n",
+            c.command("HELLO", "3"),
+        )
+        assert c.command("AUTH", "s3cret") == b"+OK\r\n"
+        assert c.command("SET", "k", "v") == b"+OK\r\n"
+    with srv.raw() as c:
+        assert c.command("AUTH", "default", "s3cret") == b"+OK\r\n"
+        assert c.command("GET", "k") == b"$1\r\nv\r\n"
+    with srv.raw() as c:
+        reply = c.command("HELLO", "3", "AUTH", "default", "s3cret")
+        assert reply.startswith(b"%7\r\n")
+        assert c.command("GET", "k") == b"$1\r\nv\r\n"
+
+
+# -- protocol errors: reply, then close ----------------------------------------------------------------------
+
+PROTOCOL_ERRORS = [
+    pytest.param(b"*3000000000\r\n", b"-ERR Protocol error: invalid multibulk length\r\n", id="huge-multibulk"),
+    pytest.param(b"*1\r\n$-10\r\n", b"-ERR Protocol error: invalid bulk length\r\n", id="negative-bulk"),
+    pytest.param(b"*1\r\n$blabla\r\n", b"-ERR Protocol error: invalid bulk length\r\n", id="nan-bulk"),
+    pytest.param(b"*1\r\n$2000000000\r\n", b"-ERR Protocol error: invalid bulk length\r\n", id="bulk-over-limit"),
+    pytest.param(b"*blabla\r\n", b"-ERR Protocol error: invalid multibulk length\r\n", id="nan-multibulk"),
+    pytest.param(b"*1\r\nfoo\r\n", b"-ERR Protocol error: expected '$', got 'f'\r\n", id="expected-dollar"),
+    pytest.param(b'set "a b\r\n', b"-ERR Protocol error: unbalanced quotes in request\r\n", id="unbalanced-double"),
+    pytest.param(b"set 'a b\r\n", b"-ERR Protocol error: unbalanced quotes in request\r\n", id="unbalanced-single"),
+]
+
+
+@pytest.mark.parametrize(("request_bytes", "expected"), PROTOCOL_ERRORS)
+def test_protocol_error_replies_then_closes(module_server, request_bytes, expected):
+    with module_server.raw() as c:
+        assert c.command("PING") == b"+PONG\r\n"
+        c.send(request_bytes)
+        assert c.read_reply() == expected
+        assert c.is_closed(timeout=5), "the connection must be closed after a protocol error"
+
+
+def test_commands_before_a_protocol_error_are_answered(module_server):
+    with module_server.raw() as c:
+        c.send(encode("SET", "pe:k", "1") + encode("GET", "pe:k") + b"*1\r\n$-10\r\n" + encode("PING"))
+        assert c.read_replies(3) == [b"+OK\r\n", b"$1\r\n1\r\n", b"-ERR Protocol error: invalid bulk length\r\n"]
+        assert c.is_closed(timeout=5)
+
+
+def test_empty_and_negative_multibulk_are_ignored(module_server):
+    with module_server.raw() as c:
+        c.send(b"*0\r\n*-10\r\n\r\n" + encode("PING"))
+        assert c.read_reply() == b"+PONG\r\n"
+
+
+# -- RESP2 vs RESP3 ------------------------------------------------------------------------------------------
+
+HELLO3 = re.compile(
+    rb"%7\r\n\$6\r\nserver\r\n\$5\r\nredis\r\n\$7\r\nversion\r\n\$(\d+)\r\n([0-9.]+)\r\n"
+    rb"\$5\r\nproto\r\n:3\r\n\$2\r\nid\r\n:(\d+)\r\n\$4\r\nmode\r\n\$10\r\nstandalone\r\n"
+    rb"\$4\r\nrole\r\n\$6\r\nmaster\r\n\$7\r\nmodules\r\n\*0\r\n"
+)
+HELLO2 = re.compile(
+    rb"\*14\r\n\$6\r\nserver\r\n\$5\r\nredis\r\n\$7\r\nversion\r\n\$(\d+)\r\n([0-9.]+)\r\n"
+    rb"\$5\r\nproto\r\n:2\r\n\$2\r\nid\r\n:(\d+)\r\n\$4\r\nmode\r\n\$10\r\nstandalone\r\n"
+    rb"\$4\r\nrole\r\n\$6\r\nmaster\r\n\$7\r\nmodules\r\n\*0\r\n"
+)
+
+
+def test_hello_reply_bytes(module_server):
+    with module_server.raw() as c:
+        reply = c.command("HELLO", "3")
+        m = HELLO3.fullmatch(reply)
+        assert m, reply
+        assert int(m.group(1)) == len(m.group(2))
+        assert re.fullmatch(rb"[6-9]\.\d+\.\d+", m.group(2)), m.group(2)
+        reply2 = c.command("HELLO", "2")
+        m2 = HELLO2.fullmatch(reply2)
+        assert m2, reply2
+        assert m2.group(3) == m.group(3), "the connection id stays the same"
+        assert m2.group(2) == m.group(2)
+
+
+def test_null_shapes_resp2_vs_resp3(module_server):
+    with module_server.raw() as c:
+        c.command("DEL", "n:missing")
+        assert c.command("SET", "n:here", "v") == b"+OK\r\n"
+        assert c.command("GET", "n:missing") == b"$-1\r\n"
+        assert c.command("MGET", "n:here", "n:missing") == b"*2\r\n$1\r\nv\r\n$-1\r\n"
+        assert c.command("SET", "n:here", "w", "NX") == b"$-1\r\n"
+        assert c.command("SET", "n:new1", "w", "GET") == b"$-1\r\n"
+        assert c.command("HELLO", "3").startswith(b"%7\r\n")
+        assert c.command("GET", "n:missing") == b"_\r\n"
+        assert c.command("MGET", "n:here", "n:missing") == b"*2\r\n$1\r\nv\r\n_\r\n"
+        assert c.command("SET", "n:here", "w", "NX") == b"_\r\n"
+        assert c.command("SET", "n:new2", "w", "GET") == b"_\r\n"
+        assert c.command("TTL", "n:missing") == b":-2\r\n"
+        assert c.command("TYPE", "n:here") == b"+string\r\n"
+        assert c.command("TYPE", "n:missing") == b"+none\r\n"
+
+
+def test_config_get_is_a_map_in_resp3(module_server):
+    with module_server.raw() as c:
+        r2 = c.command("CONFIG", "GET", "maxmemory")
+        assert re.fullmatch(rb"\*2\r\n\$9\r\nmaxmemory\r\n\$\d+\r\n\d+\r\n", r2), r2
+        c.command("HELLO", "3")
+        r3 = c.command("CONFIG", "GET", "maxmemory")
+        assert re.fullmatch(rb"%1\r\n\$9\r\nmaxmemory\r\n\$\d+\r\n\d+\r\n", r3), r3
+        assert r3[2:] == r2[2:]
+
+
+def test_scan_reply_shape(module_server):
+    with module_server.raw() as c:
+        for i in range(5):
+            c.command("SET", f"shape:{i}", "x")
+        reply = c.command("SCAN", "0", "MATCH", "shape:*", "COUNT", "1000")
+        assert reply.startswith(b"*2\r\n$"), reply  # the cursor is a bulk string
+        seen: set[bytes] = set()
+        cursor, keys = parse(reply)
+        seen.update(keys)
+        for _ in range(1000):
+            if cursor == b"0":
+                break
+            assert cursor.isdigit(), cursor
+            cursor, keys = parse(c.command("SCAN", cursor, "MATCH", "shape:*", "COUNT", "1000"))
+            seen.update(keys)
+        assert cursor == b"0"
+        assert seen == {f"shape:{i}".encode() for i in range(5)}
+
+
+# -- inline commands ------------------------------------------------------------------------------------------
+
+
+def test_inline_commands_with_quotes_and_escapes(module_server):
+    with module_server.raw() as c:
+        assert c.inline(b"PING") == b"+PONG\r\n"
+        assert c.inline(b"set \"in line\" 'c d'") == b"+OK\r\n"
+        assert c.command("GET", "in line") == b"$3\r\nc d\r\n"
+        assert c.inline(b'set inl:hex "\\x41\\x00\\xff\\n\\"q"') == b"+OK\r\n"
+        assert c.command("GET", "inl:hex") == b'$6\r\nA\x00\xff\n"q\r\n'
+        assert c.inline(b"   get    'in line'   ") == b"$3\r\nc d\r\n"
+        c.send(b"PING\n")  # a bare LF ends an inline command too
+        assert c.read_reply() == b"+PONG\r\n"
+        c.send(b"\r\n\r\n" + b"ECHO hi\r\n")  # empty lines are ignored
+        assert c.read_reply() == b"$2\r\nhi\r\n"
+
+
+# -- QUIT -------------------------------------------------------------------------------------------------
+
+
+def test_quit_stops_pipelined_commands(module_server):
+    with module_server.raw() as c:
+        c.send(encode("SET", "quit:k", "before") + encode("QUIT") + encode("SET", "quit:k", "after"))
+        assert c.read_replies(2) == [b"+OK\r\n", b"+OK\r\n"]
+        assert c.is_closed(timeout=5)
+        assert c.buf == b"", f"nothing may follow QUIT's +OK: {bytes(c.buf)!r}"
+    with module_server.raw() as c:
+        assert c.command("GET", "quit:k") == b"$6\r\nbefore\r\n"
+
+
+# -- pipelining and splitting --------------------------------------------------------------------------------
+
+
+def test_ten_thousand_pipelined_commands_in_one_write(module_server):
+    n = 10_000
+    parts = []
+    expected = []
+    for i in range(n):
+        if i % 3 == 0:
+            parts.append(encode("SET", f"pipe:{i}", str(i)))
+            expected.append(b"+OK\r\n")
+        elif i % 3 == 1:
+            parts.append(encode("GET", f"pipe:{i - 1}"))
+            v = str(i - 1).encode()
+            expected.append(b"$%d\r\n%s\r\n" % (len(v), v))
+        else:
+            v = str(i).encode()
+            parts.append(encode("ECHO", v))
+            expected.append(b"$%d\r\n%s\r\n" % (len(v), v))
+    with module_server.raw(timeout=30) as c:
+        c.send(b"".join(parts))
+        got = c.read_replies(n, timeout=30)
+        for i, (g, e) in enumerate(zip(got, expected, strict=True)):
+            assert g == e, f"reply {i}: {g!r} != {e!r}"
+        assert c.command("PING") == b"+PONG\r\n"
+
+
+def test_request_split_at_every_byte_boundary(module_server):
+    request = encode("SET", "split:key", "0123456789\r\nabc") + encode("GET", "split:key")
+    expected = [b"+OK\r\n", b"$15\r\n0123456789\r\nabc\r\n"]
+    started = time.monotonic()
+    with module_server.raw() as c:
+        for cut in range(1, len(request)):
+            c.send(request[:cut])
+            time.sleep(0.002)  # let the first part arrive on its own
+            c.send(request[cut:])
+            assert c.read_replies(2) == expected, f"cut at byte {cut}"
+            assert time.monotonic() - started < 40
+        # and one request byte by byte
+        for b in encode("ECHO", "byte-by-byte"):
+            c.send(bytes([b]))
+            time.sleep(0.001)
+        assert c.read_reply() == b"$12\r\nbyte-by-byte\r\n"
+        for b in b"ECHO inline-bytes\r\n":
+            c.send(bytes([b]))
+            time.sleep(0.001)
+        assert c.read_reply() == b"$12\r\ninline-bytes\r\n"
+
+
+# -- a 64 MiB value ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(120)
+def test_64mib_value_round_trip(server):
+    size = 64 << 20
+    value = os.urandom(size)
+    digest = hashlib.sha256(value).hexdigest()
+    with server.raw(timeout=60) as c:
+        c.send(b"*3\r\n$3\r\nSET\r\n$7\r\nbig:val\r\n$%d\r\n" % size)
+        view = memoryview(value)
+        for off in range(0, size, 1 << 20):
+            c.send(view[off : off + (1 << 20)])
+        c.send(b"\r\n")
+        assert c.read_reply() == b"+OK\r\n"
+        assert c.command("STRLEN", "big:val") == b":%d\r\n" % size
+        c.send_command("GET", "big:val")
+        assert c.recv_until(b"\r\n") == b"$%d\r\n" % size
+        h = hashlib.sha256()
+        remaining = size
+        while remaining:
+            chunk = c.recv_exact(min(remaining, 4 << 20))
+            h.update(chunk)
+            remaining -= len(chunk)
+        assert c.recv_exact(2) == b"\r\n"
+        assert h.hexdigest() == digest
+        assert c.command("GETRANGE", "big:val", str(size - 4), "-1") == b"$4\r\n" + value[-4:] + b"\r\n"
