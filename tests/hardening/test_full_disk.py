@@ -1,0 +1,108 @@
+"""A full disk: a real 8 MiB tmpfs as kvd's --dir. Writes fail with -MISCONF, reads go on, writes resume once
+space is back, and nothing acknowledged is lost across a restart.
+
+Needs root (mount). Skipped with the reason when mounting is not permitted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+KiB = 1 << 10
+MiB = 1 << 20
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path) -> Iterator[Path]:
+    mnt = tmp_path / "smallfs"
+    mnt.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=8m,mode=0700", "tmpfs", str(mnt)], capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        pytest.skip(f"mount -t tmpfs is not permitted here: {done.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        if subprocess.run(["umount", str(mnt)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def value_for(i: int, size: int) -> bytes:
+    return (b"%08d" % i) * (size // 8)
+
+
+def test_full_disk_misconf_reads_go_on_writes_resume(small_fs, kvd_factory):
+    # kvd_factory is set up after small_fs, so its teardown (stopping kvd) runs before the unmount
+    filler = small_fs / "filler"
+    filler.write_bytes(b"\0" * (3 * MiB))
+    srv = kvd_factory("--persistence", "yes", "--maxmemory", "2mb", "--segment-size", "1mb",
+                      data_dir=small_fs / "data")  # fmt: skip
+    r = srv.client(socket_timeout=30)
+    acked: dict[str, bytes] = {}
+    for i in range(10):
+        acked[f"before:{i}"] = value_for(i, 20 * KiB)
+        assert r.set(f"before:{i}", acked[f"before:{i}"])
+
+    # fill the disk with 256 KiB values until a write is refused (bounded: 64 writes, 60 s)
+    error = None
+    deadline = time.monotonic() + 60
+    for i in range(64):
+        assert time.monotonic() < deadline
+        key, value = f"fill:{i}", value_for(1000 + i, 256 * KiB)
+        try:
+            r.set(key, value)
+        except redis.ResponseError as exc:
+            error = str(exc)
+            break
+        acked[key] = value
+    assert error is not None, "8 MiB filesystem never filled up after 64 x 256 KiB"
+    print(f"disk full after {len(acked) - 10} fill values: {error}")
+    assert error.startswith("MISCONF"), error
+    assert "\r" not in error and "\n" not in error
+
+    # while full: further writes are refused the same way, reads of everything acknowledged go on
+    with pytest.raises(redis.ResponseError, match=r"^MISCONF"):
+        r.set("refused", b"x" * 100)
+    with pytest.raises(redis.ResponseError, match=r"^MISCONF"):
+        r.delete("before:0")
+    for key, value in acked.items():  # most of these were evicted from the 2 MiB RAM tier: read from disk
+        assert r.get(key) == value, key
+    assert r.ping()
+    assert r.info("persistence").get("aof_last_write_status") == "err"
+
+    # free space: writes come back within a few seconds
+    filler.unlink()
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            assert r.set("after", b"back")
+            break
+        except redis.ResponseError as exc:
+            assert str(exc).startswith("MISCONF"), exc
+            assert time.monotonic() < deadline, "writes did not resume within 10 s of freeing space"
+            time.sleep(0.2)
+    acked["after"] = b"back"
+    assert r.get("after") == b"back"
+    assert r.exists("refused") == 0
+    assert r.info("persistence").get("aof_last_write_status") == "ok"
+
+    # nothing acknowledged is lost, nothing refused appears, across kill -9 and restart
+    srv.kill9()
+    srv.start()
+    r = srv.client(socket_timeout=30)
+    for key, value in acked.items():
+        assert r.get(key) == value, key
+    assert r.exists("refused") == 0
+    with contextlib.suppress(Exception):
+        r.close()

@@ -1,0 +1,165 @@
+"""TLS: certificates made by the test with the openssl CLI, kvd's TLS port used by redis-cli and redis-py.
+
+Skipped (with the reason) when openssl or a TLS-enabled redis-cli is missing.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import ssl
+import subprocess
+from pathlib import Path
+
+import pytest
+import redis
+from hardening_support import free_port, recv_until_closed
+
+MiB = 1 << 20
+
+pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="the openssl CLI is not installed")
+
+
+def openssl(*args: str, cwd: Path) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
+
+
+def make_ca(d: Path, name: str) -> None:
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", f"/CN={name}",
+            "-keyout", f"{name}.key", "-out", f"{name}.crt", cwd=d)  # fmt: skip
+
+
+def make_cert(d: Path, ca: str, name: str, cn: str, ext: str) -> None:
+    (d / f"{name}.ext").write_text(ext)
+    openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={cn}",
+            "-keyout", f"{name}.key", "-out", f"{name}.csr", cwd=d)  # fmt: skip
+    openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.crt", "-CAkey", f"{ca}.key", "-CAcreateserial",
+            "-days", "2", "-out", f"{name}.crt", "-extfile", f"{name}.ext", cwd=d)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("tls")
+    make_ca(d, "ca")
+    make_ca(d, "otherca")
+    make_cert(
+        d, "ca", "server", "localhost", "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n"
+    )
+    make_cert(d, "ca", "client", "client", "extendedKeyUsage=clientAuth\n")
+    make_cert(d, "otherca", "stranger", "stranger", "extendedKeyUsage=clientAuth\n")
+    return d
+
+
+def start_tls(kvd_factory, certs: Path, auth_clients: str):
+    tls_port = free_port()
+    srv = kvd_factory(
+        "--tls-port", str(tls_port),
+        "--tls-cert-file", str(certs / "server.crt"),
+        "--tls-key-file", str(certs / "server.key"),
+        "--tls-ca-cert-file", str(certs / "ca.crt"),
+        "--tls-auth-clients", auth_clients,
+    )  # fmt: skip
+    srv.tls_port = tls_port
+    return srv
+
+
+def redis_cli(port: int, *args: str, timeout: float = 20) -> subprocess.CompletedProcess[str]:
+    exe = shutil.which("redis-cli")
+    if exe is None:
+        pytest.skip("redis-cli is not installed")
+    return subprocess.run(
+        [exe, "-h", "127.0.0.1", "-p", str(port), *args], capture_output=True, text=True, timeout=timeout
+    )
+
+
+def test_tls_without_client_certificates(kvd_factory, certs):
+    srv = start_tls(kvd_factory, certs, "no")
+    done = redis_cli(srv.tls_port, "--tls", "--cacert", str(certs / "ca.crt"), "ping")
+    if "Unrecognized option" in done.stderr or ("--tls" in done.stderr and "not" in done.stderr):
+        pytest.skip(f"redis-cli has no TLS support: {done.stderr.strip()}")
+    assert done.returncode == 0 and done.stdout.strip() == "PONG", (done.stdout, done.stderr)
+    # redis-py over rediss://, a 4 MiB value both ways
+    value = bytes(range(256)) * (4 * MiB // 256)
+    r = redis.Redis.from_url(
+        f"rediss://127.0.0.1:{srv.tls_port}", ssl_ca_certs=str(certs / "ca.crt"), socket_timeout=30
+    )
+    assert r.set("tls:big", value)
+    assert r.get("tls:big") == value
+    # the same key is visible on the plain port
+    assert srv.client().get("tls:big") == value
+    # the server certificate does not verify against another CA
+    bad = redis.Redis.from_url(
+        f"rediss://127.0.0.1:{srv.tls_port}", ssl_ca_certs=str(certs / "otherca.crt"), socket_timeout=10
+    )
+    with pytest.raises(redis.ConnectionError):
+        bad.ping()
+    r.close()
+
+
+def test_tls_auth_clients_yes(kvd_factory, certs):
+    srv = start_tls(kvd_factory, certs, "yes")
+    base = ["--tls", "--cacert", str(certs / "ca.crt")]
+    done = redis_cli(srv.tls_port, *base, "--cert", str(certs / "client.crt"), "--key", str(certs / "client.key"),
+                     "ping")  # fmt: skip
+    assert done.returncode == 0 and done.stdout.strip() == "PONG", (done.stdout, done.stderr)
+    # without a client certificate: refused (redis-cli prints an error, never PONG)
+    done = redis_cli(srv.tls_port, *base, "ping")
+    assert "PONG" not in done.stdout, done.stdout
+    # a certificate from another CA: refused
+    done = redis_cli(srv.tls_port, *base, "--cert", str(certs / "stranger.crt"), "--key",
+                     str(certs / "stranger.key"), "ping")  # fmt: skip
+    assert "PONG" not in done.stdout, done.stdout
+    # redis-py with and without a client certificate
+    good = redis.Redis(
+        host="127.0.0.1", port=srv.tls_port, ssl=True, ssl_ca_certs=str(certs / "ca.crt"),
+        ssl_certfile=str(certs / "client.crt"), ssl_keyfile=str(certs / "client.key"), socket_timeout=30,
+    )  # fmt: skip
+    value = b"\x00\xff" * (2 * MiB)
+    assert good.set("tls:v", value) and good.get("tls:v") == value
+    anonymous = redis.Redis(
+        host="127.0.0.1", port=srv.tls_port, ssl=True, ssl_ca_certs=str(certs / "ca.crt"), socket_timeout=10
+    )
+    with pytest.raises(redis.ConnectionError):
+        anonymous.ping()
+    assert srv.alive() and srv.client().ping()
+    good.close()
+
+
+def test_tls_auth_clients_optional(kvd_factory, certs):
+    srv = start_tls(kvd_factory, certs, "optional")
+    base = ["--tls", "--cacert", str(certs / "ca.crt")]
+    assert redis_cli(srv.tls_port, *base, "ping").stdout.strip() == "PONG"
+    done = redis_cli(srv.tls_port, *base, "--cert", str(certs / "client.crt"), "--key", str(certs / "client.key"),
+                     "ping")  # fmt: skip
+    assert done.stdout.strip() == "PONG", done.stderr
+    # optional still verifies a certificate that is presented
+    done = redis_cli(srv.tls_port, *base, "--cert", str(certs / "stranger.crt"), "--key",
+                     str(certs / "stranger.key"), "ping")  # fmt: skip
+    assert "PONG" not in done.stdout, done.stdout
+
+
+def test_plaintext_and_junk_on_the_tls_port(kvd_factory, certs):
+    """Plain RESP or random bytes on the TLS port are refused; the server keeps serving TLS and TCP."""
+    srv = start_tls(kvd_factory, certs, "no")
+    for junk in (b"PING\r\n", b"*1\r\n$4\r\nPING\r\n", b"\x16\x03\x01\x00\x05hello", bytes(range(256)) * 4):
+        with socket.create_connection(("127.0.0.1", srv.tls_port), timeout=5) as s:
+            try:
+                s.sendall(junk)
+            except OSError:
+                continue
+            data, closed = recv_until_closed(s, timeout=5)
+            assert b"PONG" not in data
+            assert closed, junk[:20]
+    # a TLS client that connects and then stalls mid-handshake does not block others
+    stalled = socket.create_connection(("127.0.0.1", srv.tls_port), timeout=5)
+    try:
+        ctx = ssl.create_default_context(cafile=str(certs / "ca.crt"))
+        with (
+            socket.create_connection(("127.0.0.1", srv.tls_port), timeout=10) as raw,
+            ctx.wrap_socket(raw, server_hostname="localhost") as tls,
+        ):
+            tls.sendall(b"PING\r\n")
+            assert tls.recv(100) == b"+PONG\r\n"
+    finally:
+        stalled.close()
+    assert srv.client().ping()
