@@ -11,13 +11,11 @@ asserting a clean exit unless killed), ``tmp_dir``, ``target``.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from support.server import ServerProcess, target
+from support.server import ServerFactory, ServerProcess, target
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -48,35 +46,9 @@ def tmp_dir(tmp_path: Path) -> Path:
     return tmp_path
 
 
-class _Factory:
-    def __init__(self, base: Path) -> None:
-        self.base = base
-        self.started: list[ServerProcess] = []
-        self._n = itertools.count()
-
-    def __call__(self, *args: str, start: bool = True, **options: Any) -> ServerProcess:
-        srv = ServerProcess(self.base / f"server{next(self._n)}", list(args), **options)
-        self.started.append(srv)
-        if start:
-            srv.start()
-        return srv
-
-    def close(self) -> None:
-        errors = []
-        for srv in self.started:
-            if srv.proc is None:
-                continue
-            try:
-                srv.stop(expect_code=None if srv.killed else 0)
-            except BaseException as e:  # keep stopping the others
-                errors.append(e)
-        if errors:
-            raise errors[0]
-
-
 @pytest.fixture
 def server_factory(tmp_path: Path) -> Iterator[Callable[..., ServerProcess]]:
-    factory = _Factory(tmp_path)
+    factory = ServerFactory(tmp_path)
     yield factory
     factory.close()
 
@@ -88,7 +60,7 @@ def server(server_factory: Callable[..., ServerProcess]) -> ServerProcess:
 
 @pytest.fixture(scope="module")
 def module_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    factory = _Factory(tmp_path_factory.mktemp("module_server"))
+    factory = ServerFactory(tmp_path_factory.mktemp("module_server"))
     srv = factory()
     yield srv
     factory.close()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import itertools
 import os
 import shutil
 import signal
@@ -319,6 +320,34 @@ class ServerProcess:
 
     def __repr__(self) -> str:
         return f"<ServerProcess {self.kind} {self.host}:{self.port} {'running' if self.running else 'stopped'}>"
+
+
+class ServerFactory:
+    """Starts servers under one base directory; ``close()`` stops them all, asserting clean exits."""
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        self.started: list[ServerProcess] = []
+        self._n = itertools.count()
+
+    def __call__(self, *args: str, start: bool = True, **options: Any) -> ServerProcess:
+        srv = ServerProcess(self.base / f"server{next(self._n)}", list(args), **options)
+        self.started.append(srv)
+        if start:
+            srv.start()
+        return srv
+
+    def close(self) -> None:
+        errors = []
+        for srv in self.started:
+            if srv.proc is None:
+                continue
+            try:
+                srv.stop(expect_code=None if srv.killed else 0)
+            except BaseException as e:  # keep stopping the others
+                errors.append(e)
+        if errors:
+            raise errors[0]
 
 
 class _PortInUse(Exception):
