@@ -17,7 +17,8 @@ from pathlib import Path
 
 import redis
 
-ROOT = Path(__file__).resolve().parents[2]
+# KVD_SOURCE_ROOT runs the daemon from another checkout (e.g. an older commit, to see a test fail there).
+ROOT = Path(os.environ.get("KVD_SOURCE_ROOT") or Path(__file__).resolve().parents[2])
 
 
 def free_port() -> int:

@@ -187,6 +187,18 @@ def test_large_bulk_is_received_in_place():
     assert [[bytes(a) for a in c] for c in out] == [[b"SET", b"k", value]]
 
 
+@pytest.mark.parametrize("size", [32 * 1024 * 1024 + 1, 40 * 1024 * 1024 + 3])
+@pytest.mark.parametrize("sizes", [None, [1 << 20], [300_001, 7_000_003, 65_536]])
+def test_bulks_above_the_upfront_allocation_arrive_intact(size, sizes):
+    """A declared length above what the parser allocates up front: the buffer grows while bytes arrive."""
+    value = bytes(range(251)) * (size // 251) + b"q" * (size % 251)
+    data = multibulk([b"SET", b"k", value]) + multibulk([b"GET", b"k"])
+    p = new_parser(max_bulk=128 << 20, query_limit=256 << 20)
+    got = drive(p, data, sizes)
+    assert len(got) == 2 and got[1] == [b"GET", b"k"]
+    assert got[0][:2] == [b"SET", b"k"] and len(got[0][2]) == size and got[0][2] == value
+
+
 # -- random bytes --------------------------------------------------------------------------------------------
 
 junk_piece = st.one_of(
