@@ -147,13 +147,19 @@ class Client(asyncio.BufferedProtocol):
 
     def resume_writing(self) -> None:
         self._write_paused = False
-        self._update_reading()
+        if self._queue and not self._busy and not self._closed:
+            self._run()
+        else:
+            self._update_reading()
 
     # -- executing ---------------------------------------------------------------------------------------------
 
     def _run(self) -> None:
         queue = self._queue
+        out = self._out
         while queue and not self._closed:
+            if self._write_paused:
+                return  # resume_writing() picks the pipeline up again once the client reads
             argv = queue.popleft()
             result = self._execute(argv)
             if self.close_after_reply:
@@ -164,6 +170,8 @@ class Client(asyncio.BufferedProtocol):
                 self._set_reading(False)
                 self._task = asyncio.ensure_future(self._resume_after(result))
                 return
+            if len(out) > 2 and type(out[-2]) is memoryview and not self._log_dirty:
+                self._flush()  # a large value: hand it over now, so flow control sees it before the next one
         self._end_batch()
 
     def _execute(self, argv: list[Any]) -> Any:
@@ -231,6 +239,8 @@ class Client(asyncio.BufferedProtocol):
             self.reply.error(f"ERR internal error in '{self.last_command}': {type(exc).__name__}")
         self._busy = False
         if not self._closed:
+            if not self._log_dirty:
+                self._flush()  # replies of awaited commands go out as they complete (bounded by flow control)
             self._run()
 
     def _end_batch(self) -> None:

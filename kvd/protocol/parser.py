@@ -31,6 +31,7 @@ import hiredis
 from .errors import DropConnection, ProtocolError
 
 BIG_ARG = 32 * 1024
+BIG_UPFRONT = 32 * 1024 * 1024
 INLINE_MAX = 64 * 1024
 RECV_BUFFER = 256 * 1024
 INT_MAX = 2**31 - 1
@@ -57,7 +58,10 @@ _FAST_MAX_ARGS = 1024
 # sees regions with no 5-digit (or negative) count or length, and its result is accepted only if re-encoding
 # the commands canonically gives exactly the bytes it was fed; otherwise the same bytes go through the paths
 # below, which give Redis's exact errors.
-_RISKY = re.compile(rb"[$*](?:[0-9]{5}|-)")
+# Anything that is not a plain small canonical header, or an element that hiredis would read as a simple or
+# verbatim string, sends the region to the general path. False alarms (a value that happens to contain such
+# bytes) only cost speed.
+_RISKY = re.compile(rb"[$*](?:[0-9]{5}|0[0-9]|[^0-9])|\r\n[+=]")
 _DIGITS = [1] * 10 + [2] * 90 + [3] * 900 + [4] * 9000
 
 
@@ -72,7 +76,13 @@ def _hiredis_batch(buf: bytearray, pos: int, end: int) -> tuple[list[Args], int]
     commands: list[Args] = []
     total = 0
     digits = _DIGITS
-    while (request := reader.gets()) is not False:
+    while True:
+        try:
+            request = reader.gets()
+        except hiredis.ProtocolError:
+            return None
+        if request is False:
+            break
         if type(request) is not list or not request:
             return None
         size = 3 + digits[len(request)]
@@ -93,6 +103,7 @@ class RequestParser:
         "_args",
         "_big",
         "_big_filled",
+        "_big_len",
         "_buf",
         "_bulk_len",
         "_end",
@@ -116,6 +127,7 @@ class RequestParser:
         self._bulk_len = -1  # length of the bulk whose header was read; -1: expecting a header
         self._big: bytearray | None = None  # in-place destination of a large bulk
         self._big_filled = 0
+        self._big_len = 0  # declared length of the large bulk (its buffer may still be growing towards it)
         self._need_crlf = False  # a large bulk is complete; its trailing CRLF is next in _buf
         self._pending_bytes = 0  # bytes of the arguments of the command in progress
 
@@ -125,6 +137,8 @@ class RequestParser:
         """Memory for the next ``recv_into``: the tail of a large bulk, or free space in the receive buffer."""
         big = self._big
         if big is not None:
+            if self._big_filled == len(big):  # a declared length above BIG_UPFRONT: grow by doubling
+                big.extend(bytes(min(len(big), self._big_len - len(big))))
             return memoryview(big)[self._big_filled :]
         start, end = self._start, self._end
         if start == end:
@@ -150,7 +164,7 @@ class RequestParser:
         big = self._big
         if big is not None:
             self._big_filled += nbytes
-            if self._big_filled < len(big):
+            if self._big_filled < self._big_len:
                 return
             self._big = None
             self._args.append(big)
@@ -262,7 +276,11 @@ class RequestParser:
                 avail = end - pos
                 if avail < length + 2:
                     if length >= BIG_ARG:
-                        big = bytearray(length)
+                        # Up to BIG_UPFRONT the value's final buffer is allocated at once (KV chunks, the hot
+                        # path); a larger declared length gets BIG_UPFRONT now and grows as bytes arrive, so a
+                        # client that declares 512 MiB and sends 2 bytes does not cost 512 MiB of RSS.
+                        big = bytearray(min(length, max(BIG_UPFRONT, avail)))
+                        self._big_len = length
                         take = min(avail, length)
                         big[:take] = buf[pos : pos + take]
                         pos += take
@@ -300,7 +318,8 @@ def _to_int(buf: bytearray, start: int, stop: int) -> int | None:
     if not text or len(text) > 20:
         return None
     digits = text[1:] if text[0] == 45 else text
-    if not digits or not digits.isdigit():
+    # Redis's string2ll: digits only, no '+', no leading zeros, no "-0".
+    if not digits or not digits.isdigit() or (digits[0] == 48 and (len(digits) > 1 or text[0] == 45)):
         return None
     return int(text)
 
