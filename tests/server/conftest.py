@@ -51,8 +51,9 @@ class Kvd:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"kvd exited with {self.proc.returncode}: {self.log.read_text()[-2000:]}")
             try:
-                if redis.Redis(host=self.host, port=self.port, socket_timeout=1, protocol=2).ping():
-                    return
+                with redis.Redis(host=self.host, port=self.port, socket_timeout=1, protocol=2) as probe:
+                    if probe.ping():
+                        return
             except redis.AuthenticationError:
                 return
             except redis.ConnectionError:
