@@ -26,7 +26,10 @@ from __future__ import annotations
 
 import re
 
-import hiredis
+try:  # a declared dependency; without it the pure-Python paths below parse everything, only slower
+    import hiredis
+except ImportError:  # pragma: no cover
+    hiredis = None
 
 from .errors import DropConnection, ProtocolError
 
@@ -67,7 +70,7 @@ _DIGITS = [1] * 10 + [2] * 90 + [3] * 900 + [4] * 9000
 
 def _hiredis_batch(buf: bytearray, pos: int, end: int) -> tuple[list[Args], int] | None:
     """Complete requests at the start of buf[pos:end] and the bytes they span, or None to use the slow path."""
-    if _RISKY.search(buf, pos, end):
+    if hiredis is None or _RISKY.search(buf, pos, end):
         return None
     cut = buf.rfind(b"\r\n*", pos, end)
     stop = cut + 2 if cut > pos else end  # the last request may be partial: leave it to the general path
