@@ -1,0 +1,319 @@
+"""A small synchronous kvd/Redis client for the connector: few round trips, and failures become misses.
+
+Built on redis-py (+hiredis for reply parsing). It talks to kvd or to any plain Redis-protocol server:
+
+* ``prefix_len(keys)``: how many leading keys exist, in **one** round trip. kvd answers ``KVD.PREFIXLEN`` (which
+  also touches the hits in its LRU and warms disk-resident ones); on a server that does not know the command the
+  client falls back, once and for good, to pipelined ``EXISTS k`` (still one round trip; LMCache spends one per
+  chunk).
+* ``get_many(keys)``: ``MGET``, split into batches of at most ``max_batch_bytes``-ish so a reply never has to hold
+  a whole long prompt in memory at once.
+* ``put_many(items)``: one pipelined ``EXISTS`` round trip to skip chunks some other engine already saved, then
+  pipelined ``SET`` of the rest. Values are passed as memoryviews: for large values redis-py's Python packer sends
+  the buffer as its own chunk rather than concatenating it into the command (the hiredis packer would copy it),
+  so the client is told to use that packer.
+* ``report(counters)``: ``KVD.REPORT``; ignored on servers without it.
+
+Failure policy: every method catches connection errors and timeouts and returns "nothing found" / "nothing
+stored" (and a miss is always safe for the engine: it recomputes). After a connection failure the client stays
+*down* for ``retry_after_s`` and answers misses instantly, so a dead kvd costs one connect timeout per interval
+instead of one per request. One warning is logged per outage, not one per call.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+from redis.connection import PythonRespSerializer
+
+logger = logging.getLogger("vllm.kvd.client")
+
+_NETWORK_ERRORS = (redis.ConnectionError, redis.TimeoutError, OSError)
+
+
+@dataclass(slots=True)
+class ClientConfig:
+    url: str = "redis://127.0.0.1:6379"
+    timeout_ms: int = 5000
+    connect_timeout_ms: int = 1000
+    retry_after_s: float = 2.0
+    max_batch_bytes: int = 256 * 2**20
+    max_connections: int = 8
+
+
+def _unknown_command(exc: redis.ResponseError) -> bool:
+    text = str(exc).lower()
+    return "unknown command" in text or "unknown subcommand" in text
+
+
+class KvdClient:
+    """Thread-safe (a connection pool underneath): the save thread and the forward thread share it."""
+
+    def __init__(self, config: ClientConfig) -> None:
+        self.config = config
+        self._redis = redis.Redis.from_url(
+            config.url,
+            socket_timeout=config.timeout_ms / 1000,
+            socket_connect_timeout=config.connect_timeout_ms / 1000,
+            max_connections=config.max_connections,
+            health_check_interval=0,
+            retry=None,
+        )
+        self._use_python_packer(self._redis)
+        self._has_prefixlen: bool | None = None
+        self._has_report: bool | None = None
+        self._down_until = 0.0
+        self._lock = threading.Lock()
+        self._outage_logged = False
+
+    # -- plumbing ---------------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _use_python_packer(r: redis.Redis) -> None:
+        """Make every new connection pack commands in Python: big values then go out uncopied (see module doc)."""
+        pool = r.connection_pool
+        original = pool.make_connection
+
+        def make_connection() -> Any:
+            conn = original()
+            if hasattr(conn, "_command_packer"):
+                conn._command_packer = PythonRespSerializer(conn._buffer_cutoff, conn.encoder.encode)
+            return conn
+
+        pool.make_connection = make_connection  # type: ignore[method-assign]
+
+    @property
+    def available(self) -> bool:
+        """False while backing off after a connection failure."""
+        return time.monotonic() >= self._down_until
+
+    def _failed(self, what: str, exc: BaseException) -> None:
+        with self._lock:
+            self._down_until = time.monotonic() + self.config.retry_after_s
+            first = not self._outage_logged
+            self._outage_logged = True
+        if first:
+            logger.warning(
+                "kvd at %s unreachable during %s (%s: %s); treating as cache misses, retrying every %.1fs",
+                self._safe_url(),
+                what,
+                type(exc).__name__,
+                exc,
+                self.config.retry_after_s,
+            )
+        # Drop pooled sockets: after a timeout a reply may still be in flight on them.
+        try:
+            self._redis.connection_pool.reset()
+        except Exception:  # pragma: no cover - best effort
+            pass
+
+    def _ok(self) -> None:
+        if self._outage_logged:
+            with self._lock:
+                if self._outage_logged:
+                    self._outage_logged = False
+                    logger.warning("kvd at %s reachable again", self._safe_url())
+
+    def _safe_url(self) -> str:
+        url = self.config.url
+        if "@" in url:  # never log a password
+            scheme, _, rest = url.partition("://")
+            url = f"{scheme}://***@{rest.rpartition('@')[2]}"
+        return url
+
+    # -- commands ---------------------------------------------------------------------------------------------
+
+    def ping(self) -> bool:
+        try:
+            ok = bool(self._redis.ping())
+        except _NETWORK_ERRORS as exc:
+            self._failed("PING", exc)
+            return False
+        self._ok()
+        return ok
+
+    def prefix_len(self, keys: Sequence[str]) -> int:
+        """Count of leading ``keys`` present on the server, in one round trip; 0 on any failure."""
+        if not keys or not self.available:
+            return 0
+        try:
+            if self._has_prefixlen is not False:
+                try:
+                    n = int(self._redis.execute_command("KVD.PREFIXLEN", *keys))
+                    self._has_prefixlen = True
+                    self._ok()
+                    return n
+                except redis.ResponseError as exc:
+                    if not _unknown_command(exc):
+                        raise
+                    self._has_prefixlen = False
+                    logger.info("server has no KVD.PREFIXLEN; using pipelined EXISTS for prefix look-ups")
+            found = self.exists_many(keys, raise_errors=True)
+        except _NETWORK_ERRORS as exc:
+            self._failed("prefix look-up", exc)
+            return 0
+        except redis.ResponseError as exc:
+            logger.warning("prefix look-up refused by server: %s", exc)
+            return 0
+        self._ok()
+        n = 0
+        for present in found:
+            if not present:
+                break
+            n += 1
+        return n
+
+    def prefix_len_multi(self, key_lists: Sequence[Sequence[str]]) -> int:
+        """The shortest prefix length over several key lists (one per TP rank), in one round trip."""
+        if len(key_lists) == 1:
+            return self.prefix_len(key_lists[0])
+        if not key_lists or not key_lists[0] or not self.available:
+            return 0
+        try:
+            if self._has_prefixlen is not False:
+                try:
+                    pipe = self._redis.pipeline(transaction=False)
+                    for keys in key_lists:
+                        pipe.execute_command("KVD.PREFIXLEN", *keys)
+                    n = min(int(x) for x in pipe.execute())
+                    self._has_prefixlen = True
+                    self._ok()
+                    return n
+                except redis.ResponseError as exc:
+                    if not _unknown_command(exc):
+                        raise
+                    self._has_prefixlen = False
+            flat = [k for keys in key_lists for k in keys]
+            found = self.exists_many(flat, raise_errors=True)
+        except _NETWORK_ERRORS as exc:
+            self._failed("prefix look-up", exc)
+            return 0
+        except redis.ResponseError as exc:
+            logger.warning("prefix look-up refused by server: %s", exc)
+            return 0
+        self._ok()
+        best = None
+        pos = 0
+        for keys in key_lists:
+            n = 0
+            for present in found[pos : pos + len(keys)]:
+                if not present:
+                    break
+                n += 1
+            pos += len(keys)
+            best = n if best is None else min(best, n)
+        return best or 0
+
+    def exists_many(self, keys: Sequence[str], *, raise_errors: bool = False) -> list[bool]:
+        """Per-key presence via pipelined EXISTS (one round trip)."""
+        if not keys:
+            return []
+        try:
+            pipe = self._redis.pipeline(transaction=False)
+            for k in keys:
+                pipe.exists(k)
+            return [bool(x) for x in pipe.execute()]
+        except (*_NETWORK_ERRORS, redis.ResponseError) as exc:
+            if raise_errors:
+                raise
+            if isinstance(exc, _NETWORK_ERRORS):
+                self._failed("EXISTS", exc)
+            return [False] * len(keys)
+
+    def get_many(self, keys: Sequence[str], value_size_hint: int = 0) -> list[bytes | None]:
+        """Values for ``keys`` (None where missing or on failure), MGET in byte-bounded batches."""
+        if not keys:
+            return []
+        if not self.available:
+            return [None] * len(keys)
+        per_batch = len(keys)
+        if value_size_hint > 0:
+            per_batch = max(1, self.config.max_batch_bytes // value_size_hint)
+        out: list[bytes | None] = []
+        try:
+            for i in range(0, len(keys), per_batch):
+                out.extend(self._redis.mget(keys[i : i + per_batch]))
+        except _NETWORK_ERRORS as exc:
+            self._failed("load", exc)
+            out.extend([None] * (len(keys) - len(out)))
+            return out
+        except redis.ResponseError as exc:
+            logger.warning("load refused by server: %s", exc)
+            out.extend([None] * (len(keys) - len(out)))
+            return out
+        self._ok()
+        return out
+
+    def put_many(self, items: Sequence[tuple[str, Any]], *, skip_existing: bool = True) -> tuple[int, int]:
+        """Store ``(key, value)`` pairs; returns (values written, bytes written). Never raises."""
+        if not items or not self.available:
+            return 0, 0
+        if len({k for k, _ in items}) != len(items):  # one step can complete the same chunk for two requests
+            seen: set[str] = set()
+            items = [kv for kv in items if not (kv[0] in seen or seen.add(kv[0]))]
+        try:
+            todo: Iterable[tuple[str, Any]] = items
+            if skip_existing:
+                present = self.exists_many([k for k, _ in items], raise_errors=True)
+                todo = [kv for kv, p in zip(items, present, strict=True) if not p]
+            written = 0
+            nbytes = 0
+            pipe = self._redis.pipeline(transaction=False)
+            batch_bytes = 0
+            for key, value in todo:
+                pipe.set(key, value)
+                size = len(memoryview(value).cast("B"))
+                batch_bytes += size
+                written += 1
+                nbytes += size
+                if batch_bytes >= self.config.max_batch_bytes:
+                    pipe.execute()
+                    batch_bytes = 0
+            if len(pipe):
+                pipe.execute()
+        except _NETWORK_ERRORS as exc:
+            self._failed("save", exc)
+            return 0, 0
+        except redis.ResponseError as exc:
+            # e.g. OOM / MISCONF from the server: the save is lost, which is only a future miss.
+            logger.warning("save refused by server: %s", exc)
+            return 0, 0
+        self._ok()
+        return written, nbytes
+
+    def report(self, counters: dict[str, int]) -> bool:
+        """Send counter increments with KVD.REPORT; False (silently) where the server lacks it or is down."""
+        items = [x for name, v in counters.items() if v for x in (name, int(v))]
+        if not items or self._has_report is False or not self.available:
+            return False
+        try:
+            self._redis.execute_command("KVD.REPORT", *items)
+            self._has_report = True
+            return True
+        except redis.ResponseError as exc:
+            if _unknown_command(exc):
+                self._has_report = False
+            return False
+        except _NETWORK_ERRORS:
+            return False
+
+    def delete(self, keys: Sequence[str]) -> int:
+        """Delete keys (tests and tools)."""
+        return int(self._redis.delete(*keys)) if keys else 0
+
+    def raw(self) -> redis.Redis:
+        """The underlying redis-py client (tests and tools)."""
+        return self._redis
+
+    def close(self) -> None:
+        try:
+            self._redis.close()
+            self._redis.connection_pool.disconnect()
+        except Exception:  # pragma: no cover
+            pass

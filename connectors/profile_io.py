@@ -1,0 +1,170 @@
+"""Profile the connector's save and load paths on CPU, stage by stage, against a plain memcpy of the same bytes.
+
+    .cache/vllm-0.32.0/bin/python -m connectors.profile_io [--url redis://...] [--layers 16] [--chunks 16]
+
+Without ``--url`` it starts its own kvd (or redis-server, see connectors.testing) with persistence off, so the
+numbers are the RAM tier. KV tensors have the CPU backend's layout ``(num_blocks, kv_heads, block_size,
+2*head_size)``; block ids are scattered, as in a busy engine. Stages timed, each over the same chunks:
+
+* memcpy: ``torch.Tensor.copy_`` of one contiguous buffer of a chunk's size (the floor for any copy);
+* gather: the blocks of a chunk, all layers, into one value buffer (``index_select(out=)``): the only copy the
+  forward thread pays for a save;
+* seal: header + xxh3 checksum of the value (save thread);
+* set: pipelined SET (with the EXISTS pre-check) of the values (save thread, network);
+* get: MGET of the values;
+* decode: header checks + checksum;
+* scatter: copy into the KV tensors (``index_copy_``).
+
+MB/s are MiB of KV per second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from connectors import codec, hashing
+from connectors.client import ClientConfig, KvdClient
+from connectors.testing import Server
+
+
+def _mbps(nbytes: int, seconds: float) -> float:
+    return nbytes / 2**20 / seconds if seconds > 0 else float("inf")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--url")
+    ap.add_argument("--layers", type=int, default=16)
+    ap.add_argument("--kv-heads", type=int, default=4)
+    ap.add_argument("--head-size", type=int, default=64)
+    ap.add_argument("--block-size", type=int, default=32)
+    ap.add_argument("--chunk-size", type=int, default=256)
+    ap.add_argument("--chunks", type=int, default=16)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--dtype", default="float32")
+    args = ap.parse_args()
+
+    torch.manual_seed(0)
+    dtype = getattr(torch, args.dtype)
+    bpc = args.chunk_size // args.block_size
+    num_blocks = args.chunks * bpc * 2 + 7
+    layers = [
+        torch.randn(num_blocks, args.kv_heads, args.block_size, 2 * args.head_size).to(dtype)
+        for _ in range(args.layers)
+    ]
+    perm = torch.randperm(num_blocks).tolist()
+    chunk_blocks = [perm[i * bpc : (i + 1) * bpc] for i in range(args.chunks)]
+    chunk_shape = (bpc, args.kv_heads, args.block_size, 2 * args.head_size)
+    layer_bytes = bpc * args.kv_heads * args.block_size * 2 * args.head_size * layers[0].element_size()
+    payload = layer_bytes * args.layers
+    value_shape = (args.layers, *chunk_shape)
+    hdr = codec.header_size(len(value_shape))
+    total_kv = payload * args.chunks
+    print(
+        f"{args.layers} layers, chunk {args.chunk_size} tokens = {payload / 2**20:.2f} MiB per value, "
+        f"{args.chunks} chunks = {total_kv / 2**20:.0f} MiB per pass, {torch.get_num_threads()} torch threads"
+    )
+
+    srv = None
+    url = args.url
+    if url is None:
+        tmp = tempfile.mkdtemp(prefix="kvd-profile-")
+        srv = Server(Path(tmp), persistence=False, maxmemory="4gb").start()
+        url = srv.url
+        print(f"server: {srv.kind} at {url} (persistence off)")
+    client = KvdClient(ClientConfig(url=url, timeout_ms=60_000))
+    layout_fp = b"P" * 16
+    hashes = hashing.chunk_hashes(list(range(args.chunk_size * args.chunks)), args.chunk_size)
+    keys = hashing.make_keys("profile", "0" * 16, hashes)
+    idx = [torch.tensor(b, dtype=torch.long) for b in chunk_blocks]
+
+    best: dict[str, float] = {}
+
+    def timed(name: str, fn: Callable[[], None]) -> None:
+        t = time.perf_counter()
+        fn()
+        dt = time.perf_counter() - t
+        best[name] = min(best.get(name, dt), dt)
+
+    src = torch.empty(payload, dtype=torch.uint8)
+    src.random_(0, 255)
+    dst = torch.empty(payload, dtype=torch.uint8)
+    bufs = [torch.empty(hdr + payload, dtype=torch.uint8) for _ in range(args.chunks)]
+    views = [memoryview(b.numpy()).cast("B") for b in bufs]
+    got: list[bytes | None] = []
+    payloads: list[memoryview] = []
+    for _ in range(args.repeat):
+        client.raw().delete(*keys)
+
+        def memcpy() -> None:
+            for _ in range(args.chunks):
+                dst.copy_(src)
+
+        def gather() -> None:
+            for c in range(args.chunks):
+                off = hdr
+                for kv in layers:
+                    out = bufs[c][off : off + layer_bytes].view(dtype).view(chunk_shape)
+                    torch.index_select(kv, 0, idx[c], out=out)
+                    off += layer_bytes
+
+        def seal() -> None:
+            for c in range(args.chunks):
+                codec.seal(views[c], dtype=args.dtype, shape=value_shape, layout_fp=layout_fp, chunk_hash=hashes[c])
+
+        def put() -> None:
+            written, _ = client.put_many(list(zip(keys, views, strict=True)))
+            assert written == args.chunks, written
+
+        def get() -> None:
+            got[:] = client.get_many(keys, hdr + payload)
+
+        def decode() -> None:
+            payloads[:] = [
+                codec.decode(
+                    v,
+                    dtype=args.dtype,
+                    shape=value_shape,
+                    itemsize=layers[0].element_size(),
+                    layout_fp=layout_fp,
+                    chunk_hash=h,
+                )
+                for v, h in zip(got, hashes, strict=True)
+            ]
+
+        def scatter() -> None:
+            for c in range(args.chunks):
+                flat = torch.frombuffer(payloads[c], dtype=torch.uint8)
+                off = 0
+                for kv in layers:
+                    kv.index_copy_(0, idx[c], flat[off : off + layer_bytes].view(dtype).view(chunk_shape))
+                    off += layer_bytes
+
+        timed("memcpy", memcpy)
+        timed("gather", gather)
+        timed("seal", seal)
+        timed("set", put)
+        timed("get", get)
+        timed("decode", decode)
+        timed("scatter", scatter)
+
+    save = best["gather"] + best["seal"] + best["set"]
+    load = best["get"] + best["decode"] + best["scatter"]
+    print(f"{'stage':<28}{'ms/pass':>10}{'MiB/s':>10}{'x memcpy':>10}")
+    rows = [(k, best[k]) for k in ("memcpy", "gather", "seal", "set", "get", "decode", "scatter")]
+    rows += [("save total (gather+seal+set)", save), ("load total (get+decode+scatter)", load)]
+    for name, dt in rows:
+        print(f"{name:<28}{dt * 1e3:>10.1f}{_mbps(total_kv, dt):>10.0f}{dt / best['memcpy']:>10.1f}")
+    client.close()
+    if srv is not None:
+        srv.stop()
+
+
+if __name__ == "__main__":
+    main()

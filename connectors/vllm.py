@@ -1,0 +1,871 @@
+"""``KvdConnector``: a vLLM v1 KV connector that keeps prompt-prefix KV in kvd (or any Redis-protocol server).
+
+Use::
+
+    KVTransferConfig(kv_connector="KvdConnector", kv_connector_module_path="connectors.vllm", kv_role="kv_both",
+                     kv_connector_extra_config={"url": "redis://127.0.0.1:6380", "chunk_size": 256},
+                     kv_load_failure_policy="recompute")
+
+How the work is split (the same split as vLLM's own connectors):
+
+* **Scheduler** (engine-core process). ``get_num_new_matched_tokens`` hashes the prompt into chunk keys
+  (:mod:`connectors.hashing`) and asks kvd in *one* round trip how many leading chunks exist (``KVD.PREFIXLEN``,
+  or pipelined ``EXISTS`` on plain Redis). The answer is chunk-aligned (so block-aligned), only counts tokens
+  beyond vLLM's own prefix-cache hit, and always leaves at least one prompt token to compute. A slow or dead
+  server is a miss after ``lookup_timeout_ms``. ``build_connector_meta`` then turns each step into a small
+  picklable plan: which chunks to load into which blocks, and which chunks became fully computed this step and
+  should be saved.
+* **Worker** (each worker process). ``start_load_kv`` fetches all chunks of the step with batched ``MGET`` and
+  copies them into the paged KV tensors *before* the forward pass (vLLM calls it first when a step has
+  synchronous loads). ``wait_for_save`` runs after the forward: it gathers the blocks of each newly completed
+  chunk into one buffer per value (header space + payload; the only copy out of the KV cache) and hands it to a
+  background thread, which checksums, skips chunks kvd already has, and sends pipelined ``SET``s. The forward
+  thread never waits on the network for a save; when the bounded queue is full a save is dropped (a future miss),
+  not waited for.
+
+Blocks are copied as opaque bytes along the tensor's block dimension (found from the shape, not assumed), so the
+CPU backend's interleaved K/V layout and CUDA's ``(2, blocks, ...)`` layouts both work. On CUDA, saves gather on
+the device and copy into pinned host buffers with ``non_blocking`` on a side stream (the save thread waits on an
+event); loads go through a pinned staging buffer and a side stream that the compute stream then waits on. On CPU
+the copies go straight between the KV tensors and the network buffers.
+
+Failure policy: kvd down, a timeout, an evicted key, or a value that fails any header/checksum check is a miss.
+A chunk that the scheduler promised but the worker could not load is reported through
+``get_block_ids_with_load_errors``; with ``kv_load_failure_policy="recompute"`` vLLM recomputes from that block.
+Nothing the server returns can change output except a value that passes the layout fingerprint, shape, dtype,
+key hash and checksum checks. One warning per outage; vLLM never sees an exception from the store.
+
+Counters (hit/miss tokens, loaded/saved bytes and time, errors) go to vLLM's connector stats (logged with its
+periodic stats), to ``vllm.kvd`` log lines, to kvd's ``INFO connector`` via ``KVD.REPORT``, and to the
+in-process :data:`STATS` (tests read it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import queue
+import threading
+import time
+import warnings
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+from vllm.distributed.kv_transfer.kv_connector.v1.base import (
+    KVConnectorBase_V1,
+    KVConnectorMetadata,
+    KVConnectorRole,
+)
+from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStats
+
+from connectors import codec, hashing
+from connectors.client import ClientConfig, KvdClient
+
+if TYPE_CHECKING:
+    from vllm.config import VllmConfig
+    from vllm.forward_context import ForwardContext
+    from vllm.v1.attention.backend import AttentionMetadata
+    from vllm.v1.core.kv_cache_manager import KVCacheBlocks
+    from vllm.v1.core.sched.output import SchedulerOutput
+    from vllm.v1.kv_cache_interface import KVCacheConfig
+    from vllm.v1.request import Request
+
+# A logger under "vllm." so that vLLM's logging configuration shows our INFO lines.
+logger = logging.getLogger("vllm.kvd.connector")
+
+# torch.frombuffer warns for read-only buffers (the bytes a GET returns); loads only ever read from them.
+warnings.filterwarnings("ignore", message="The given buffer is not writable")
+
+_TORCH_DTYPE_NAMES = {
+    torch.float32: "float32",
+    torch.float16: "float16",
+    torch.bfloat16: "bfloat16",
+    torch.float64: "float64",
+    torch.uint8: "uint8",
+    torch.int8: "int8",
+}
+for _name in ("float8_e4m3fn", "float8_e5m2"):
+    if hasattr(torch, _name):
+        _TORCH_DTYPE_NAMES[getattr(torch, _name)] = _name
+
+_REPORT_INTERVAL_S = 1.0
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Counters
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class _Counters:
+    """Thread-safe monotonically increasing counters, with a 'since last take' view for reporting."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.total: dict[str, int] = defaultdict(int)
+        self._unsent: dict[str, int] = defaultdict(int)
+        self._unlogged: dict[str, int] = defaultdict(int)
+
+    def add(self, **values: int) -> None:
+        with self._lock:
+            for k, v in values.items():
+                if v:
+                    self.total[k] += v
+                    self._unsent[k] += v
+                    self._unlogged[k] += v
+
+    def take_unsent(self) -> dict[str, int]:
+        with self._lock:
+            out, self._unsent = dict(self._unsent), defaultdict(int)
+        return out
+
+    def take_unlogged(self) -> dict[str, int]:
+        with self._lock:
+            out, self._unlogged = dict(self._unlogged), defaultdict(int)
+        return out
+
+    def restore_unsent(self, values: dict[str, int]) -> None:
+        with self._lock:
+            for k, v in values.items():
+                self._unsent[k] += v
+
+
+#: Process-wide counters (both roles when vLLM runs in one process). Tests and tools read ``STATS.total``.
+STATS = _Counters()
+
+
+@dataclass
+class KvdConnectorStats(KVConnectorStats):
+    """Counters of one interval, shipped from workers to vLLM's stats logger."""
+
+    def reset(self) -> None:
+        self.data = {}
+
+    def aggregate(self, other: KVConnectorStats) -> KVConnectorStats:
+        for k, v in (other.data or {}).items():
+            self.data[k] = self.data.get(k, 0) + v
+        return self
+
+    def reduce(self) -> dict[str, int | float]:
+        out: dict[str, int | float] = dict(self.data)
+        if self.data.get("load_us"):
+            out["load_MBps"] = round(self.data.get("loaded_bytes", 0) / self.data["load_us"], 1)
+        return out
+
+    def is_empty(self) -> bool:
+        return not any(self.data.values())
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Configuration and keys
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Settings:
+    url: str
+    namespace: str
+    chunk_size: int
+    timeout_ms: int
+    lookup_timeout_ms: int
+    connect_timeout_ms: int
+    retry_after_s: float
+    save_queue_depth: int
+    save_queue_max_bytes: int
+    model_id: str
+    verify_checksum: bool
+
+    @classmethod
+    def from_config(cls, vllm_config: VllmConfig) -> _Settings:
+        kvt = vllm_config.kv_transfer_config
+        extra: dict[str, Any] = dict(kvt.kv_connector_extra_config or {}) if kvt else {}
+        block_size = vllm_config.cache_config.block_size
+        chunk_size = int(extra.get("chunk_size", 256))
+        if chunk_size <= 0 or chunk_size % block_size:
+            # A chunk must be whole blocks: loads and saves move blocks. Round up rather than fail start-up.
+            fixed = max(block_size, -(-chunk_size // block_size) * block_size)
+            logger.warning(
+                "kvd: chunk_size %d is not a positive multiple of block_size %d; using %d",
+                chunk_size,
+                block_size,
+                fixed,
+            )
+            chunk_size = fixed
+        served = vllm_config.model_config.served_model_name
+        if isinstance(served, list | tuple):
+            served = served[0] if served else None
+        return cls(
+            url=str(extra.get("url", "redis://127.0.0.1:6379")),
+            namespace=str(extra.get("namespace", "default")),
+            chunk_size=chunk_size,
+            timeout_ms=int(extra.get("timeout_ms", 5000)),
+            lookup_timeout_ms=int(extra.get("lookup_timeout_ms", 250)),
+            connect_timeout_ms=int(extra.get("connect_timeout_ms", 500)),
+            retry_after_s=float(extra.get("retry_after_s", 2.0)),
+            save_queue_depth=int(extra.get("save_queue_depth", 64)),
+            save_queue_max_bytes=int(extra.get("save_queue_max_mb", 1024)) * 2**20,
+            model_id=str(extra.get("model_id") or served or vllm_config.model_config.model),
+            verify_checksum=bool(extra.get("verify_checksum", True)),
+        )
+
+
+def _key_layout(
+    vllm_config: VllmConfig, kv_cache_config: KVCacheConfig | None, s: _Settings, tp_rank: int
+) -> dict[str, Any]:
+    """What decides a chunk's bytes, from configuration only (the scheduler has no KV tensors)."""
+    mc = vllm_config.model_config
+    cc = vllm_config.cache_config
+    pc = vllm_config.parallel_config
+    layers: list[tuple[str, list[int]]] = []
+    groups: list[list[Any]] = []
+    kv_layout = "unknown"
+    if kv_cache_config is not None:
+        kv_layout = str(kv_cache_config.kv_cache_layout)
+        for g in kv_cache_config.kv_cache_groups:
+            spec = g.kv_cache_spec
+            per_block = [
+                int(getattr(spec, "block_size", 0)),
+                int(getattr(spec, "num_kv_heads", 0)),
+                int(getattr(spec, "head_size", 0)),
+                int(getattr(spec, "page_size_bytes", 0)),
+            ]
+            groups.append([type(spec).__name__, str(getattr(spec, "dtype", ""))])
+            layers.extend((name, per_block) for name in g.layer_names)
+    try:
+        from vllm.platforms import current_platform
+
+        device = str(current_platform.device_type)
+    except Exception:  # pragma: no cover
+        device = "unknown"
+    return hashing.layout_description(
+        model=s.model_id,
+        revision=getattr(mc, "revision", None),
+        dtype=str(mc.dtype),
+        cache_dtype=str(cc.cache_dtype),
+        block_size=int(cc.block_size),
+        chunk_size=s.chunk_size,
+        kv_layout=f"{device}/{kv_layout}",
+        layers=layers,
+        tp_rank=tp_rank,
+        tp_size=int(pc.tensor_parallel_size),
+        pp_rank=0,
+        pp_size=int(pc.pipeline_parallel_size),
+        extra={"groups": groups},
+    )
+
+
+def _request_extras(request: Request, num_chunks: int, chunk_size: int) -> list[tuple[Any, ...]] | None:
+    """Per-chunk extra hash inputs: LoRA name and cache_salt (chunk 0, the chain carries them on), multimodal
+    inputs overlapping the chunk (identifier and offset within the chunk)."""
+    lora = getattr(request, "lora_request", None)
+    lora_name = getattr(lora, "lora_name", None) if lora is not None else None
+    salt = getattr(request, "cache_salt", None)
+    mm = getattr(request, "mm_features", None) or []
+    if lora_name is None and salt is None and not mm:
+        return None
+    extras: list[tuple[Any, ...]] = [() for _ in range(num_chunks)]
+    if num_chunks:
+        extras[0] = (("lora", lora_name), ("salt", salt))
+    for f in mm:
+        pos = getattr(f, "mm_position", None)
+        ident = getattr(f, "identifier", None) or getattr(f, "mm_hash", None)
+        if pos is None or ident is None:
+            continue
+        start, length = int(pos.offset), int(pos.length)
+        for c in range(start // chunk_size, min(num_chunks, (start + length - 1) // chunk_size + 1)):
+            extras[c] = (*extras[c], ("mm", str(ident), start - c * chunk_size, length))
+    return extras
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Scheduler -> worker metadata (picklable: plain lists and strings)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ChunkOp:
+    key: str
+    chunk_hash: bytes
+    block_ids: list[int]  # vLLM block ids of the chunk, in token order
+    skip_blocks: int = 0  # loads: leading blocks already computed locally (not overwritten)
+
+
+@dataclass
+class RequestOps:
+    req_id: str
+    chunks: list[ChunkOp]
+
+
+@dataclass
+class KvdConnectorMetadata(KVConnectorMetadata):
+    loads: list[RequestOps] = field(default_factory=list)
+    saves: list[RequestOps] = field(default_factory=list)
+
+
+@dataclass
+class _Tracked:
+    """Scheduler-side state of one request."""
+
+    tokens: list[int]
+    hashes: list[bytes]
+    keys_by_rank: list[list[str]]
+    block_ids: list[int] = field(default_factory=list)
+    next_save_chunk: int = 0
+    pending_load: tuple[int, int] | None = None  # (first token, token count)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The connector
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class KvdConnector(KVConnectorBase_V1):
+    """Prefix KV cache in kvd. See the module docstring for the design."""
+
+    def __init__(self, vllm_config: VllmConfig, role: KVConnectorRole, kv_cache_config: KVCacheConfig) -> None:
+        super().__init__(vllm_config=vllm_config, role=role, kv_cache_config=kv_cache_config)
+        self._s = _Settings.from_config(vllm_config)
+        self._block_size = int(vllm_config.cache_config.block_size)
+        self._blocks_per_chunk = self._s.chunk_size // self._block_size
+        self._tp_size = int(vllm_config.parallel_config.tensor_parallel_size)
+        self._disabled = False
+        if kv_cache_config is not None and len(kv_cache_config.kv_cache_groups) != 1:
+            # Block ids are per group; one chunk of several groups is not supported (hybrid models).
+            logger.warning("kvd connector: %d KV cache groups; disabled", len(kv_cache_config.kv_cache_groups))
+            self._disabled = True
+        self._last_report = time.monotonic()
+        if role == KVConnectorRole.SCHEDULER:
+            self._init_scheduler(vllm_config, kv_cache_config)
+        else:
+            self._init_worker(vllm_config, kv_cache_config)
+
+    @property
+    def requires_kv_delivery(self) -> bool:
+        # A best-effort cache: a dropped save is only a future miss, so preemption need not wait for it.
+        return False
+
+    # ===========================================================================================================
+    # Scheduler side
+    # ===========================================================================================================
+
+    def _init_scheduler(self, vllm_config: VllmConfig, kv_cache_config: KVCacheConfig) -> None:
+        self._client = KvdClient(
+            ClientConfig(
+                url=self._s.url,
+                timeout_ms=self._s.lookup_timeout_ms,
+                connect_timeout_ms=min(self._s.connect_timeout_ms, self._s.lookup_timeout_ms),
+                retry_after_s=self._s.retry_after_s,
+                max_connections=2,
+            )
+        )
+        self._fps = [
+            hashing.fingerprint(_key_layout(vllm_config, kv_cache_config, self._s, r)) for r in range(self._tp_size)
+        ]
+        self._reqs: dict[str, _Tracked] = {}
+        logger.info(
+            "kvd connector (scheduler): url=%s namespace=%s chunk_size=%d fingerprint=%s",
+            self._client._safe_url(),
+            self._s.namespace,
+            self._s.chunk_size,
+            ",".join(self._fps),
+        )
+
+    def _track(self, request: Request) -> _Tracked | None:
+        t = self._reqs.get(request.request_id)
+        if t is not None:
+            return t
+        tokens = request.prompt_token_ids
+        if tokens is None:  # prompt embeddings: no token ids to key on
+            return None
+        tokens = list(tokens)
+        n = len(tokens) // self._s.chunk_size
+        hashes = hashing.chunk_hashes(tokens, self._s.chunk_size, _request_extras(request, n, self._s.chunk_size))
+        keys = [hashing.make_keys(self._s.namespace, fp, hashes) for fp in self._fps]
+        t = _Tracked(tokens=tokens, hashes=hashes, keys_by_rank=keys)
+        self._reqs[request.request_id] = t
+        return t
+
+    def get_num_new_matched_tokens(self, request: Request, num_computed_tokens: int) -> tuple[int | None, bool]:
+        if self._disabled:
+            return 0, False
+        t = self._track(request)
+        if t is None:
+            return 0, False
+        cs = self._s.chunk_size
+        # Leave at least one prompt token to compute (vLLM needs logits for it).
+        max_chunks = min(len(t.hashes), (len(t.tokens) - 1) // cs)
+        first = num_computed_tokens // cs
+        t.pending_load = None
+        if max_chunks <= first:
+            return 0, False
+        start = time.perf_counter()
+        found = self._client.prefix_len_multi([keys[first:max_chunks] for keys in t.keys_by_rank])
+        lookup_us = int((time.perf_counter() - start) * 1e6)
+        hit_end = (first + found) * cs
+        ext = max(0, hit_end - num_computed_tokens)
+        STATS.add(lookups=1, lookup_us=lookup_us, lookup_hit_tokens=ext)
+        if ext == 0:
+            return 0, False
+        t.pending_load = (num_computed_tokens, ext)
+        return ext, False
+
+    def update_state_after_alloc(self, request: Request, blocks: KVCacheBlocks, num_external_tokens: int) -> None:
+        t = self._reqs.get(request.request_id)
+        if t is None:
+            return
+        if num_external_tokens <= 0:
+            t.pending_load = None
+            return
+        if t.pending_load is not None:
+            t.pending_load = (t.pending_load[0], num_external_tokens)
+
+    def _load_ops(self, req_id: str, t: _Tracked) -> RequestOps | None:
+        if t.pending_load is None:
+            return None
+        start_tok, count = t.pending_load
+        t.pending_load = None
+        cs, bs, bpc = self._s.chunk_size, self._block_size, self._blocks_per_chunk
+        end_tok = start_tok + count
+        ops: list[ChunkOp] = []
+        keys = t.keys_by_rank[0]
+        for c in range(start_tok // cs, end_tok // cs):
+            ids = t.block_ids[c * bpc : (c + 1) * bpc]
+            if len(ids) < bpc:
+                break
+            skip = max(0, (start_tok - c * cs) // bs)
+            ops.append(ChunkOp(keys[c], t.hashes[c], ids, skip))
+        # Loaded chunks are in kvd already: never save them back.
+        t.next_save_chunk = max(t.next_save_chunk, end_tok // cs)
+        STATS.add(hit_tokens=count)
+        return RequestOps(req_id, ops) if ops else None
+
+    def _save_ops(self, req_id: str, t: _Tracked, computed_end: int) -> RequestOps | None:
+        cs, bpc = self._s.chunk_size, self._blocks_per_chunk
+        done = min(computed_end, len(t.tokens)) // cs
+        ops: list[ChunkOp] = []
+        keys = t.keys_by_rank[0]
+        for c in range(t.next_save_chunk, min(done, len(t.hashes))):
+            ids = t.block_ids[c * bpc : (c + 1) * bpc]
+            if len(ids) < bpc:
+                break
+            ops.append(ChunkOp(keys[c], t.hashes[c], ids))
+            t.next_save_chunk = c + 1
+        return RequestOps(req_id, ops) if ops else None
+
+    def build_connector_meta(self, scheduler_output: SchedulerOutput) -> KVConnectorMetadata:
+        meta = KvdConnectorMetadata()
+        if self._disabled:
+            return meta
+        nst = scheduler_output.num_scheduled_tokens
+        for new in scheduler_output.scheduled_new_reqs:
+            t = self._reqs.get(new.req_id)
+            if t is None:
+                continue
+            t.block_ids = list(new.block_ids[0])
+            if (ld := self._load_ops(new.req_id, t)) is not None:
+                meta.loads.append(ld)
+            # num_computed_tokens counts vLLM's local hit plus what we load: the rest is computed.
+            STATS.add(miss_tokens=max(0, len(t.tokens) - new.num_computed_tokens))
+            if (sv := self._save_ops(new.req_id, t, new.num_computed_tokens + nst.get(new.req_id, 0))) is not None:
+                meta.saves.append(sv)
+        cached = scheduler_output.scheduled_cached_reqs
+        for i, req_id in enumerate(cached.req_ids):
+            t = self._reqs.get(req_id)
+            if t is None:
+                continue
+            new_ids = cached.new_block_ids[i]
+            if req_id in cached.resumed_req_ids:
+                # After preemption the request got new blocks: the list replaces the old one.
+                t.block_ids = list(new_ids[0]) if new_ids is not None else []
+                if (ld := self._load_ops(req_id, t)) is not None:
+                    meta.loads.append(ld)
+            elif new_ids is not None:
+                t.block_ids.extend(new_ids[0])
+            computed_end = cached.num_computed_tokens[i] + nst.get(req_id, 0)
+            if (sv := self._save_ops(req_id, t, computed_end)) is not None:
+                meta.saves.append(sv)
+        self._maybe_report()
+        return meta
+
+    def request_finished(self, request: Request, block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:
+        # Saves copy their blocks out during the step that computed them, so the blocks can be freed now.
+        self._reqs.pop(request.request_id, None)
+        return False, None
+
+    def _maybe_report(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._last_report < _REPORT_INTERVAL_S:
+            return
+        self._last_report = now
+        sched_keys = ("lookups", "lookup_us", "lookup_hit_tokens", "hit_tokens", "miss_tokens")
+        taken = STATS.take_unsent()
+        mine = {k: v for k, v in taken.items() if k in sched_keys}
+        rest = {k: v for k, v in taken.items() if k not in sched_keys}
+        if rest:  # the worker side (same process in single-process mode) reports its own counters
+            STATS.restore_unsent(rest)
+        if mine and not self._client.report(mine) and self._client._has_report is not False:
+            STATS.restore_unsent(mine)
+
+    # ===========================================================================================================
+    # Worker side
+    # ===========================================================================================================
+
+    def _init_worker(self, vllm_config: VllmConfig, kv_cache_config: KVCacheConfig) -> None:
+        tp_rank = 0
+        if self._tp_size > 1:
+            try:
+                from vllm.distributed.parallel_state import get_tensor_model_parallel_rank
+
+                tp_rank = int(get_tensor_model_parallel_rank())
+            except Exception:  # pragma: no cover - TP groups are set up before connectors
+                logger.warning("kvd connector: could not read the TP rank; using 0")
+        self._tp_rank = tp_rank
+        self._fp = hashing.fingerprint(_key_layout(vllm_config, kv_cache_config, self._s, tp_rank))
+        self._rank_prefix0 = None
+        if tp_rank != 0:
+            # The scheduler writes rank-0 keys into the plan; this rank swaps in its own fingerprint.
+            fp0 = hashing.fingerprint(_key_layout(vllm_config, kv_cache_config, self._s, 0))
+            self._rank_prefix0 = (f"kvd:{self._s.namespace}:{fp0}:", f"kvd:{self._s.namespace}:{self._fp}:")
+        self._num_blocks = int(kv_cache_config.num_blocks) if kv_cache_config is not None else 0
+        self._client = KvdClient(
+            ClientConfig(
+                url=self._s.url,
+                timeout_ms=self._s.timeout_ms,
+                connect_timeout_ms=self._s.connect_timeout_ms,
+                retry_after_s=self._s.retry_after_s,
+            )
+        )
+        self._layers: list[tuple[str, torch.Tensor, int, int]] = []  # name, tensor, block dim, kernel blocks/block
+        self._load_errors: set[int] = set()
+        self._warned_load = False
+        self._saves: queue.Queue[Any] = queue.Queue()
+        self._queued_bytes = 0
+        self._queued_lock = threading.Lock()
+        self._idle = threading.Event()
+        self._idle.set()
+        self._stopping = False
+        self._saver = threading.Thread(target=self._save_loop, name="kvd-save", daemon=True)
+        self._saver.start()
+        self._cuda = False
+        self._side_stream: Any = None
+        self._stats_interval: dict[str, int] = defaultdict(int)
+
+    def _k(self, key: str) -> str:
+        if self._rank_prefix0 is None:
+            return key
+        return self._rank_prefix0[1] + key[len(self._rank_prefix0[0]) :]
+
+    def register_kv_caches(self, kv_caches: dict[str, torch.Tensor]) -> None:
+        layers = []
+        for name, t in kv_caches.items():
+            dim, ratio = self._find_block_dim(t)
+            layers.append((name, t, dim, ratio))
+        self._layers = layers
+        first = layers[0][1]
+        self._cuda = first.is_cuda
+        if self._cuda:
+            self._side_stream = torch.cuda.Stream(device=first.device)
+        dtypes = {t.dtype for _, t, _, _ in layers}
+        self._dtype = first.dtype if len(dtypes) == 1 else torch.uint8
+        self._dtype_name = _TORCH_DTYPE_NAMES.get(self._dtype, str(self._dtype).removeprefix("torch."))
+        # Per layer: the shape of one chunk's gathered blocks, and its size in bytes.
+        self._chunk_shapes: list[tuple[int, ...]] = []
+        self._layer_bytes: list[int] = []
+        for _, t, dim, ratio in layers:
+            shape = list(t.shape)
+            shape[dim] = self._blocks_per_chunk * ratio
+            self._chunk_shapes.append(tuple(shape))
+            n = 1
+            for s in shape:
+                n *= s
+            self._layer_bytes.append(n * t.element_size())
+        self._payload_bytes = sum(self._layer_bytes)
+        self._hdr = codec.header_size(1)
+        uniform = len(set(self._chunk_shapes)) == 1 and len(dtypes) == 1
+        itemsize = first.element_size() if uniform else 1
+        self._value_shape = (
+            (len(layers), *self._chunk_shapes[0]) if uniform and len(self._chunk_shapes[0]) < 7 else None
+        )
+        if self._value_shape is not None:
+            self._hdr = codec.header_size(len(self._value_shape))
+        else:
+            self._value_shape = (self._payload_bytes // itemsize,)
+        self._itemsize = itemsize
+        desc = [
+            self._fp,
+            [(n, list(t.shape), list(t.stride()), str(t.dtype), d, r) for n, t, d, r in layers],
+            str(first.device.type),
+        ]
+        self._layout_fp = hashlib.blake2b(repr(desc).encode(), digest_size=16).digest()
+        logger.info(
+            "kvd connector (worker tp%d): %d layers, block dim %d, chunk value %.2f MiB, fingerprint %s, url %s",
+            self._tp_rank,
+            len(layers),
+            layers[0][2],
+            (self._hdr + self._payload_bytes) / 2**20,
+            self._fp,
+            self._client._safe_url(),
+        )
+
+    def _find_block_dim(self, t: torch.Tensor) -> tuple[int, int]:
+        """The dimension that indexes blocks, and how many tensor blocks make one vLLM block."""
+        nb = self._num_blocks
+        if nb:
+            for d, size in enumerate(t.shape):
+                if size == nb:
+                    return d, 1
+            for d, size in enumerate(t.shape):
+                if size % nb == 0 and size // nb > 1 and self._block_size % (size // nb) == 0:
+                    return d, size // nb
+        # Unknown block count: the CPU and most CUDA layouts put blocks first (or second after a K/V dim of 2).
+        return (1, 1) if t.shape[0] == 2 and t.dim() >= 5 else (0, 1)
+
+    def _index(self, block_ids: list[int], ratio: int, device: torch.device) -> torch.Tensor:
+        idx = block_ids if ratio == 1 else [b * ratio + k for b in block_ids for k in range(ratio)]
+        return torch.tensor(idx, dtype=torch.long, device=device)
+
+    # -- loads ----------------------------------------------------------------------------------------------------
+
+    def start_load_kv(self, forward_context: ForwardContext, **kwargs: Any) -> None:
+        meta = self._connector_metadata
+        if not isinstance(meta, KvdConnectorMetadata) or not meta.loads or not self._layers:
+            return
+        start = time.perf_counter()
+        ops = [(r.req_id, op) for r in meta.loads for op in r.chunks]
+        values = self._client.get_many([self._k(op.key) for _, op in ops], self._hdr + self._payload_bytes)
+        loaded_bytes = 0
+        loaded_tokens = 0
+        loaded_chunks = 0
+        failed_chunks = 0
+        failed_reqs: set[str] = set()
+        reasons: list[str] = []
+        for (req_id, op), value in zip(ops, values, strict=True):
+            if req_id in failed_reqs:
+                # After a failed chunk the rest of the prefix is recomputed anyway; don't copy it.
+                self._load_errors.update(op.block_ids[op.skip_blocks :])
+                failed_chunks += 1
+                continue
+            try:
+                if value is None:
+                    raise codec.CodecError("missing (evicted, expired or server unreachable)")
+                payload = codec.decode(
+                    value,
+                    dtype=self._dtype_name,
+                    shape=self._value_shape,
+                    itemsize=self._itemsize,
+                    layout_fp=self._layout_fp,
+                    chunk_hash=op.chunk_hash,
+                    verify_checksum=self._s.verify_checksum,
+                )
+                self._copy_in(payload, op)
+            except codec.CodecError as exc:
+                failed_reqs.add(req_id)
+                reasons.append(exc.reason)
+                self._load_errors.update(op.block_ids[op.skip_blocks :])
+                failed_chunks += 1
+                continue
+            loaded_chunks += 1
+            loaded_bytes += len(value)
+            loaded_tokens += (len(op.block_ids) - op.skip_blocks) * self._block_size
+        if self._cuda:
+            torch.cuda.current_stream().wait_stream(self._side_stream)
+        elapsed_us = int((time.perf_counter() - start) * 1e6)
+        STATS.add(
+            loaded_chunks=loaded_chunks,
+            loaded_tokens=loaded_tokens,
+            loaded_bytes=loaded_bytes,
+            load_us=elapsed_us,
+            load_errors=failed_chunks,
+        )
+        if reasons:
+            if not self._warned_load:
+                self._warned_load = True
+                logger.warning(
+                    "kvd: %d chunk(s) of %d request(s) could not be loaded (%s); vLLM recomputes them",
+                    failed_chunks,
+                    len(failed_reqs),
+                    reasons[0],
+                )
+            else:
+                logger.debug("kvd: load failures: %s", reasons)
+        logger.debug("kvd: loaded %d tokens (%d bytes) in %d us", loaded_tokens, loaded_bytes, elapsed_us)
+
+    def _copy_in(self, payload: memoryview, op: ChunkOp) -> None:
+        src_all = torch.frombuffer(payload, dtype=torch.uint8)
+        off = 0
+        for (_, kv, dim, ratio), shape, nbytes in zip(self._layers, self._chunk_shapes, self._layer_bytes, strict=True):
+            src = src_all[off : off + nbytes].view(kv.dtype).view(shape)
+            off += nbytes
+            ids = op.block_ids
+            if op.skip_blocks:
+                src = src.narrow(dim, op.skip_blocks * ratio, (len(ids) - op.skip_blocks) * ratio)
+                ids = ids[op.skip_blocks :]
+            if self._cuda:
+                with torch.cuda.stream(self._side_stream):
+                    staged = src.pin_memory().to(kv.device, non_blocking=True)
+                    kv.index_copy_(dim, self._index(ids, ratio, kv.device), staged)
+            else:
+                kv.index_copy_(dim, self._index(ids, ratio, kv.device), src)
+
+    def wait_for_layer_load(self, layer_name: str) -> None:
+        # Loads complete (CPU) or are ordered before compute on the stream (CUDA) in start_load_kv.
+        return
+
+    def get_block_ids_with_load_errors(self) -> set[int]:
+        out, self._load_errors = self._load_errors, set()
+        return out
+
+    # -- saves ----------------------------------------------------------------------------------------------------
+
+    def save_kv_layer(
+        self, layer_name: str, kv_layer: torch.Tensor, attn_metadata: AttentionMetadata, **kwargs: Any
+    ) -> None:
+        # Whole chunks (all layers) are gathered once after the forward, in wait_for_save.
+        return
+
+    def wait_for_save(self) -> None:
+        meta = self._connector_metadata
+        if not isinstance(meta, KvdConnectorMetadata) or not meta.saves or not self._layers:
+            self._maybe_worker_report()
+            return
+        start = time.perf_counter()
+        value_bytes = self._hdr + self._payload_bytes
+        batch: list[tuple[str, bytes, Any, Any]] = []
+        dropped = 0
+        for r in meta.saves:
+            for op in r.chunks:
+                with self._queued_lock:
+                    full = (
+                        self._saves.qsize() + len(batch) >= self._s.save_queue_depth
+                        or self._queued_bytes + value_bytes > self._s.save_queue_max_bytes
+                    )
+                    if not full:
+                        self._queued_bytes += value_bytes
+                if full:
+                    dropped += 1
+                    continue
+                buf, event = self._gather(op)
+                batch.append((self._k(op.key), op.chunk_hash, buf, event))
+        if batch:
+            self._idle.clear()
+            self._saves.put(batch)
+        STATS.add(save_gather_us=int((time.perf_counter() - start) * 1e6), saves_dropped=dropped)
+        if dropped:
+            logger.debug("kvd: save queue full, dropped %d chunk(s)", dropped)
+        self._maybe_worker_report()
+
+    def _gather(self, op: ChunkOp) -> tuple[torch.Tensor, Any]:
+        """Copy a chunk's blocks of every layer into one new value buffer (payload area; header filled later)."""
+        total = self._hdr + self._payload_bytes
+        buf = torch.empty(total, dtype=torch.uint8, pin_memory=self._cuda)
+        off = self._hdr
+        event = None
+        if self._cuda:
+            self._side_stream.wait_stream(torch.cuda.current_stream())
+        for (_, kv, dim, ratio), shape, nbytes in zip(self._layers, self._chunk_shapes, self._layer_bytes, strict=True):
+            dst = buf[off : off + nbytes].view(kv.dtype).view(shape)
+            off += nbytes
+            idx = self._index(op.block_ids, ratio, kv.device)
+            if self._cuda:
+                with torch.cuda.stream(self._side_stream):
+                    dst.copy_(kv.index_select(dim, idx), non_blocking=True)
+            else:
+                torch.index_select(kv, dim, idx, out=dst)
+        if self._cuda:
+            event = torch.cuda.Event()
+            event.record(self._side_stream)
+        return buf, event
+
+    def _save_loop(self) -> None:
+        while True:
+            batch = self._saves.get()
+            if batch is None:
+                self._idle.set()
+                return
+            start = time.perf_counter()
+            items = []
+            for key, chash, buf, event in batch:
+                if event is not None:
+                    event.synchronize()
+                mv = memoryview(buf.numpy()).cast("B")
+                codec.seal(
+                    mv, dtype=self._dtype_name, shape=self._value_shape, layout_fp=self._layout_fp, chunk_hash=chash
+                )
+                items.append((key, mv))
+            written, nbytes = self._client.put_many(items)
+            with self._queued_lock:
+                self._queued_bytes -= len(batch) * (self._hdr + self._payload_bytes)
+            STATS.add(
+                saved_chunks=written,
+                saved_bytes=nbytes,
+                save_skipped=len(items) - written if self._client.available else 0,
+                save_us=int((time.perf_counter() - start) * 1e6),
+            )
+            if self._saves.empty():
+                self._idle.set()
+
+    def flush(self, timeout: float = 30.0) -> bool:
+        """Wait until queued saves are sent (tests, shutdown)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._saves.empty() and self._idle.wait(0.05) and self._saves.empty():
+                return True
+        return False
+
+    # -- stats, shutdown ------------------------------------------------------------------------------------------
+
+    _WORKER_KEYS = (
+        "loaded_chunks",
+        "loaded_tokens",
+        "loaded_bytes",
+        "load_us",
+        "load_errors",
+        "saved_chunks",
+        "saved_bytes",
+        "save_skipped",
+        "save_us",
+        "save_gather_us",
+        "saves_dropped",
+    )
+
+    def _maybe_worker_report(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._last_report < _REPORT_INTERVAL_S:
+            return
+        self._last_report = now
+        taken = STATS.take_unsent()
+        mine = {k: v for k, v in taken.items() if k in self._WORKER_KEYS}
+        rest = {k: v for k, v in taken.items() if k not in self._WORKER_KEYS}
+        if rest:
+            STATS.restore_unsent(rest)
+        if mine:
+            for k, v in mine.items():
+                self._stats_interval[k] += v
+            if not self._client.report(mine) and self._client._has_report is not False:
+                STATS.restore_unsent(mine)
+
+    def get_kv_connector_stats(self) -> KVConnectorStats | None:
+        if self._role != KVConnectorRole.WORKER or not self._stats_interval:
+            return None
+        data, self._stats_interval = dict(self._stats_interval), defaultdict(int)
+        return KvdConnectorStats(data=data)
+
+    @classmethod
+    def build_kv_connector_stats(cls, data: dict[str, Any] | None = None) -> KVConnectorStats | None:
+        return KvdConnectorStats(data=dict(data or {}))
+
+    def shutdown(self) -> None:
+        if self._role == KVConnectorRole.WORKER:
+            if not self._stopping:
+                self._stopping = True
+                self.flush(timeout=10.0)
+                self._saves.put(None)
+                self._saver.join(timeout=5.0)
+                self._maybe_worker_report(force=True)
+        else:
+            self._maybe_report(force=True)
+        totals = dict(STATS.total)
+        if totals and self._role == KVConnectorRole.WORKER:
+            logger.info("kvd connector totals: %s", ", ".join(f"{k}={v}" for k, v in sorted(totals.items())))
+        self._client.close()

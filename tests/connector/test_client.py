@@ -1,0 +1,154 @@
+"""The connector's client against a real server (kvd, or redis-server): one-round-trip prefix look-ups with the
+EXISTS fallback, batched loads and saves, and failures that become misses instead of exceptions."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import redis
+
+from connectors.client import ClientConfig, KvdClient
+from connectors.testing import Server, free_port
+
+
+def _client(url: str, **kw) -> KvdClient:
+    return KvdClient(ClientConfig(url=url, **kw))
+
+
+def _commands(r: redis.Redis) -> dict[str, int]:
+    stats = r.info("commandstats")
+    return {k.removeprefix("cmdstat_"): v["calls"] for k, v in stats.items()}
+
+
+def test_prefix_len_counts_leading_present_keys(kv_url: str) -> None:
+    c = _client(kv_url)
+    keys = [f"kvd:t:fp:{i:032x}" for i in range(8)]
+    r = c.raw()
+    for k in keys[:3] + keys[4:6]:
+        r.set(k, b"v")
+    assert c.prefix_len(keys) == 3
+    assert c.prefix_len(keys[4:]) == 2
+    assert c.prefix_len(keys[3:]) == 0
+    assert c.prefix_len([]) == 0
+    assert c.prefix_len_multi([keys[:3], keys[:2]]) == 2
+    assert c.prefix_len_multi([keys, keys[4:6]]) == 2
+
+
+def test_prefix_len_uses_kvd_command_or_falls_back_to_exists(kv_server: Server, kv_url: str) -> None:
+    c = _client(kv_url)
+    keys = [f"k{i}" for i in range(5)]
+    c.raw().set("k0", b"v")
+    assert c.prefix_len(keys) == 1
+    if kv_server.kind == "kvd":
+        assert c._has_prefixlen is True
+    else:
+        assert c._has_prefixlen is False  # redis-server: unknown command -> fallback, remembered
+    # Forced fallback on any server: pipelined EXISTS in one round trip gives the same answer.
+    c._has_prefixlen = False
+    assert c.prefix_len(keys) == 1
+    c.raw().set("k1", b"v")
+    assert c.prefix_len(keys) == 2
+
+
+def test_prefix_len_is_one_round_trip_on_redis_fallback(kv_server: Server, kv_url: str) -> None:
+    # Count what the server sees for one look-up of 16 keys: one PREFIXLEN, or 16 EXISTS in one pipeline.
+    c = _client(kv_url)
+    keys = [f"k{i}" for i in range(16)]
+    for k in keys:
+        c.raw().set(k, b"v")
+    c.prefix_len(keys)  # learn which path works
+    c.raw().config_resetstat()
+    assert c.prefix_len(keys) == 16
+    calls = _commands(c.raw())
+    if c._has_prefixlen:
+        assert calls.get("kvd.prefixlen", calls.get("kvd|prefixlen")) == 1
+    else:
+        assert calls.get("exists") == 16
+
+
+def test_get_many_and_put_many(kv_url: str) -> None:
+    c = _client(kv_url, max_batch_bytes=3000)
+    items = [(f"v{i}", memoryview(bytes([i]) * 1000)) for i in range(10)]
+    assert c.put_many(items) == (10, 10_000)
+    # Already present: nothing is sent again.
+    assert c.put_many(items) == (0, 0)
+    got = c.get_many([k for k, _ in items] + ["missing"], value_size_hint=1000)
+    assert got[:10] == [bytes(v) for _, v in items]
+    assert got[10] is None
+
+
+def test_report_is_harmless_everywhere(kv_server: Server, kv_url: str) -> None:
+    c = _client(kv_url)
+    ok = c.report({"hit_tokens": 5, "zero": 0})
+    if kv_server.kind == "kvd":
+        assert ok
+        assert "hit_tokens" in str(c.raw().execute_command("INFO", "connector"))
+    else:
+        assert not ok and c._has_report is False
+        assert not c.report({"hit_tokens": 1})  # remembered: no more round trips
+
+
+def test_dead_server_is_a_fast_miss() -> None:
+    port = free_port()  # nothing listens here
+    c = _client(f"redis://127.0.0.1:{port}", connect_timeout_ms=200, retry_after_s=5)
+    t = time.perf_counter()
+    assert c.prefix_len(["a", "b"]) == 0
+    assert c.get_many(["a"]) == [None]
+    assert c.put_many([("a", b"x")]) == (0, 0)
+    assert not c.available
+    # While backing off, calls do not touch the network at all.
+    t2 = time.perf_counter()
+    for _ in range(100):
+        assert c.prefix_len(["a"]) == 0
+    assert time.perf_counter() - t2 < 0.05
+    assert time.perf_counter() - t < 2
+
+
+def test_unresponsive_server_times_out_as_a_miss() -> None:
+    # A socket that accepts but never answers: the look-up must give up after its timeout.
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+    port = srv.getsockname()[1]
+    conns = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        srv.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                conns.append(srv.accept()[0])
+            except OSError:
+                pass
+
+    th = threading.Thread(target=accept, daemon=True)
+    th.start()
+    try:
+        c = _client(f"redis://127.0.0.1:{port}", timeout_ms=150)
+        t = time.perf_counter()
+        assert c.prefix_len(["a"]) == 0
+        assert time.perf_counter() - t < 1.0
+    finally:
+        stop.set()
+        th.join()
+        for s in conns:
+            s.close()
+        srv.close()
+
+
+def test_server_restart_recovers_after_backoff(tmp_path) -> None:
+    srv = Server(tmp_path, persistence=False).start()
+    try:
+        c = _client(srv.url, retry_after_s=0.2, connect_timeout_ms=200)
+        c.raw().set("a", b"1")
+        assert c.prefix_len(["a"]) == 1
+        srv.stop()
+        assert c.prefix_len(["a"]) == 0
+        srv.start()
+        c.raw().set("a", b"1")
+        time.sleep(0.25)
+        assert c.prefix_len(["a"]) == 1
+    finally:
+        srv.stop()

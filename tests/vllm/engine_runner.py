@@ -1,0 +1,131 @@
+"""Runs one real vLLM engine in this process for the end-to-end tests (started by tests/vllm as a subprocess).
+
+    <vllm-env python> tests/vllm/engine_runner.py SPEC.json OUT.json
+
+SPEC: {"model": dir, "block_size": 32, "connector": {extra_config} | null, "module": "connectors.vllm",
+       "class": "KvdConnector", "phases": [{"name": ..., "prompts": [[ids...], ...], "max_tokens": 8,
+       "before": [action, ...]}]}
+Actions run before a phase, in this process: {"op": "kill", "pid": N} stops the server;
+{"op": "noise", "url": ..., "prompt": [ids...]} overwrites every stored chunk of that prompt with a value built by
+the connector's own encoder (valid header and checksum) around a random payload.
+OUT: per phase, the greedy output token ids per prompt, wall time, and the connector's counters afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+
+def _flush() -> None:
+    try:
+        from vllm.distributed.kv_transfer import get_kv_transfer_group, has_kv_transfer_group
+
+        if has_kv_transfer_group():
+            conn = get_kv_transfer_group()
+            if hasattr(conn, "flush"):
+                conn.flush(timeout=60)
+    except Exception as exc:
+        print(f"flush failed: {exc!r}", file=sys.stderr)
+
+
+def _noise(url: str, prompt: list[int]) -> int:
+    """Replace the stored values of ``prompt``'s chunks by noise under a valid header (same key, same layout)."""
+    import redis
+    import torch
+
+    from connectors import codec, hashing
+
+    r = redis.Redis.from_url(url)
+    from vllm.distributed.kv_transfer import get_kv_transfer_group
+
+    conn = get_kv_transfer_group()
+    cs = conn._s.chunk_size
+    hashes = hashing.chunk_hashes(prompt, cs)
+    keys = hashing.make_keys(conn._s.namespace, conn._fp, hashes)
+    n = 0
+    gen = torch.Generator().manual_seed(7)
+    for key, h in zip(keys, hashes, strict=True):
+        old = r.get(key)
+        if old is None:
+            continue
+        hdr = codec.read_header(old)
+        payload = torch.randn(hdr.payload_len // conn._itemsize, generator=gen).to(conn._dtype)
+        value = codec.encode(
+            payload.view(torch.uint8).numpy().tobytes(),
+            dtype=hdr.dtype,
+            shape=hdr.shape,
+            layout_fp=hdr.layout_fp,
+            chunk_hash=h,
+        )
+        r.set(key, bytes(value))
+        n += 1
+    return n
+
+
+def main() -> int:
+    spec = json.loads(Path(sys.argv[1]).read_text())
+    out_path = Path(sys.argv[2])
+    from vllm import LLM, SamplingParams
+    from vllm.config import KVTransferConfig
+
+    kwargs: dict = {}
+    if spec.get("connector") is not None:
+        kwargs["kv_transfer_config"] = KVTransferConfig(
+            kv_connector=spec.get("class", "KvdConnector"),
+            kv_connector_module_path=spec.get("module", "connectors.vllm"),
+            kv_role="kv_both",
+            kv_connector_extra_config=spec["connector"],
+            kv_load_failure_policy="recompute",
+        )
+    t0 = time.perf_counter()
+    llm = LLM(
+        model=spec["model"],
+        dtype=spec.get("dtype", "float32"),
+        block_size=spec.get("block_size", 32),
+        enforce_eager=True,
+        enable_prefix_caching=False,
+        kv_cache_memory_bytes=spec.get("kv_cache_bytes", 256 * 2**20),
+        max_model_len=spec.get("max_model_len", 4096),
+        max_num_batched_tokens=spec.get("max_num_batched_tokens", 4096),
+        skip_tokenizer_init=True,
+        seed=0,
+        **kwargs,
+    )
+    results = {"startup_s": time.perf_counter() - t0, "phases": []}
+    for phase in spec["phases"]:
+        for action in phase.get("before", []):
+            if action["op"] == "kill":
+                os.kill(action["pid"], signal.SIGKILL)
+                time.sleep(0.2)
+            elif action["op"] == "noise":
+                results.setdefault("noised", []).append(_noise(action["url"], action["prompt"]))
+        params = SamplingParams(temperature=0.0, max_tokens=phase.get("max_tokens", 8), ignore_eos=True)
+        prompts = [{"prompt_token_ids": p} for p in phase["prompts"]]
+        t = time.perf_counter()
+        outs = llm.generate(prompts, params, use_tqdm=False)
+        wall = time.perf_counter() - t
+        _flush()
+        stats = {}
+        if spec.get("connector") is not None:
+            from connectors.vllm import STATS
+
+            stats = dict(STATS.total)
+        results["phases"].append(
+            {
+                "name": phase.get("name"),
+                "outputs": [list(o.outputs[0].token_ids) for o in outs],
+                "wall_s": wall,
+                "stats": stats,
+            }
+        )
+        out_path.write_text(json.dumps(results))  # after every phase: a crash still leaves what ran
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,152 @@
+"""A real vLLM engine with the kvd connector: loaded KV gives the same greedy tokens as recomputing, the load
+really happens (and is used), and server failures never change or stop output.
+
+Model: tiny random Llama (scripts/make_tiny_model.py), float32, block size 32, chunk size 128, vLLM's own prefix
+cache off so that every reuse goes through the connector. Baseline outputs come from an engine without the
+connector.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+import redis
+
+from connectors.testing import Server
+
+CHUNK = 128
+_rng = random.Random(2024)
+
+
+def _tokens(n: int) -> list[int]:
+    return [_rng.randrange(2, 2048) for _ in range(n)]
+
+
+# Prompt A: 700 tokens = 5 full chunks (640 loadable tokens; the 60-token tail is always computed).
+A = _tokens(700)
+# Prompt B shares A's first 400 tokens: 3 full chunks (384 tokens) hit, then it diverges: a partial prefix hit.
+B = A[:400] + _tokens(300)
+# Prompt C: exactly 4 chunks; at least one token must be computed, so 3 chunks (384 tokens) can load.
+C = _tokens(512)
+D, E, F = _tokens(600), _tokens(450), _tokens(333)
+ALL = {"A": A, "B": B, "C": C, "D": D, "E": E, "F": F}
+
+
+def _conn(srv: Server, **extra: Any) -> dict[str, Any]:
+    return {"url": srv.url, "chunk_size": CHUNK, "namespace": "e2e", **extra}
+
+
+@pytest.fixture(scope="module")
+def baseline(make_engine, tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[int]]:
+    eng = make_engine(tmp_path_factory.mktemp("baseline"))
+    res = eng.run([{"name": name, "prompts": [p]} for name, p in ALL.items()], connector=None)
+    return {ph["name"]: ph["outputs"][0] for ph in res["phases"]}
+
+
+def _server_hits(srv: Server) -> dict[str, int]:
+    r = redis.Redis(port=srv.port)
+    if srv.kind == "kvd":
+        info = r.info("connector")
+        return {k: int(v) for k, v in info.items() if isinstance(v, int)}
+    return {"keyspace_hits": int(r.info("stats")["keyspace_hits"])}
+
+
+def test_full_and_partial_prefix_hits_in_a_fresh_process(engine, store: Server, baseline) -> None:
+    # Process 1 computes A and saves its full chunks.
+    cold = engine.run([{"name": "cold", "prompts": [A]}], _conn(store))
+    ph = cold["phases"][0]
+    assert ph["outputs"] == [baseline["A"]]
+    assert ph["stats"]["saved_chunks"] == 5 and ph["stats"].get("hit_tokens", 0) == 0
+    keys = sorted(k.decode() for k in redis.Redis(port=store.port).keys("kvd:e2e:*"))
+    assert len(keys) == 5 and all(len(k.split(":")[2]) == 16 and len(k.split(":")[3]) == 32 for k in keys)
+
+    # Process 2 (a fresh engine, new hash seed) loads them: full hit, partial hit, then noise.
+    warm = engine.run(
+        [
+            {"name": "full", "prompts": [A]},
+            {"name": "partial", "prompts": [B]},
+            {"name": "noise", "prompts": [A], "before": [{"op": "noise", "url": store.url, "prompt": A}]},
+        ],
+        _conn(store),
+    )
+    full, partial, noise = warm["phases"]
+    assert full["outputs"] == [baseline["A"]]
+    assert full["stats"]["hit_tokens"] == 640 and full["stats"]["loaded_chunks"] == 5
+    assert full["stats"]["loaded_bytes"] > 5 * 128 * 4 * 2 * 2 * 64 * 4  # 5 chunks of (layers x K,V x heads ...)
+    assert full["stats"].get("load_errors", 0) == 0
+
+    assert partial["outputs"] == [baseline["B"]]
+    assert partial["stats"]["hit_tokens"] - full["stats"]["hit_tokens"] == 384
+    assert partial["stats"]["loaded_chunks"] == 8
+
+    # Same keys, valid headers and checksums, random numbers: the connector loads it and the output changes,
+    # which proves the loaded KV is what the model attends to.
+    assert warm["noised"] == [5]
+    assert noise["stats"]["loaded_chunks"] == 13 and noise["stats"].get("load_errors", 0) == 0
+    assert noise["outputs"] != [baseline["A"]]
+
+    # The server saw the loads too.
+    hits = _server_hits(store)
+    if store.kind == "kvd":
+        # KVD.REPORT: the engine's counters show up in kvd's INFO connector section.
+        assert hits.get("connector_hit_tokens") == 640 + 384 + 640
+        assert hits.get("connector_loaded_chunks") == 13
+    else:
+        assert hits["keyspace_hits"] >= 13
+
+
+def test_prompt_of_whole_chunks_leaves_a_token_to_compute(engine, store: Server, baseline) -> None:
+    engine.run([{"name": "cold", "prompts": [C]}], _conn(store))
+    res = engine.run([{"name": "warm", "prompts": [C]}], _conn(store))
+    ph = res["phases"][0]
+    assert ph["outputs"] == [baseline["C"]]
+    assert ph["stats"]["hit_tokens"] == 384  # 512 - one chunk: the last token must be computed
+
+
+def test_hits_survive_a_server_restart(engine, store: Server, baseline) -> None:
+    if store.kind != "kvd":
+        pytest.skip("redis-server runs without persistence in these tests; restart survival is kvd's feature")
+    engine.run([{"name": "cold", "prompts": [D]}], _conn(store))
+    store.restart()
+    res = engine.run([{"name": "after-restart", "prompts": [D]}], _conn(store))
+    ph = res["phases"][0]
+    assert ph["outputs"] == [baseline["D"]]
+    assert ph["stats"]["hit_tokens"] == 512 and ph["stats"].get("load_errors", 0) == 0
+
+
+def test_server_stopped_mid_run_every_request_completes(engine, store: Server, baseline) -> None:
+    res = engine.run(
+        [
+            {"name": "cold", "prompts": [D, E]},
+            {"name": "warm", "prompts": [D, E]},
+            {"name": "server-gone", "prompts": [D, E, F], "before": [{"op": "kill", "pid": store.pid}]},
+            {"name": "still-gone", "prompts": [F, D]},
+        ],
+        _conn(store, lookup_timeout_ms=100, timeout_ms=500, retry_after_s=0.5),
+    )
+    cold, warm, gone, still = res["phases"]
+    assert cold["outputs"] == [baseline["D"], baseline["E"]]
+    assert warm["outputs"] == [baseline["D"], baseline["E"]]
+    assert warm["stats"]["hit_tokens"] == 512 + 384
+    assert gone["outputs"] == [baseline["D"], baseline["E"], baseline["F"]]
+    assert still["outputs"] == [baseline["F"], baseline["D"]]
+    assert gone["stats"]["hit_tokens"] == warm["stats"]["hit_tokens"]  # nothing promised from a dead server
+    assert res["log"].count("unreachable") <= 2  # one warning per outage and client, not one per request
+
+
+def test_chunk_evicted_between_lookup_and_load_is_recomputed(engine, store: Server, baseline) -> None:
+    res = engine.run(
+        [{"name": "cold", "prompts": [A]}, {"name": "evicted", "prompts": [A]}],
+        _conn(store),
+        **{"class": "EvictingKvdConnector", "module": "faulty_connector"},
+    )
+    cold, evicted = res["phases"]
+    assert cold["outputs"] == [baseline["A"]]
+    assert evicted["outputs"] == [baseline["A"]]
+    # Look-up promised 5 chunks; 2 loaded, 3 were gone and vLLM recomputed them.
+    assert evicted["stats"]["hit_tokens"] == 640
+    assert evicted["stats"]["loaded_chunks"] == 2
+    assert evicted["stats"]["load_errors"] == 3
+    assert res["log"].count("could not be loaded") == 1
