@@ -101,8 +101,8 @@ ensure_apt() {
 
 ensure_redis_tools() {
     # The reference server and the C tools the compatibility tests drive: redis-server, redis-cli, redis-benchmark.
+    # (right after installing them, ensure_apt turns off the service Debian's package would run on 6379)
     ensure_apt redis-server redis-tools
-    stop_debian_redis_service
 }
 
 ensure_venv() {
