@@ -17,7 +17,7 @@ from kvd.protocol.errors import CommandError
 from kvd.protocol.reply import PONG, Pairs
 
 from .args import lower, parse_int, text
-from .registry import FAST, NOAUTH, command
+from .registry import FAST, NOAUTH, command, run_subcommand, subcommand_help
 
 if TYPE_CHECKING:
     from kvd.connection import Client
@@ -170,15 +170,7 @@ def _validate_name(name: bytes, what: str = "Client names") -> None:
     usage="subcommand [argument ...]",
 )
 def client(c: Client, argv: list[Any]) -> Any:
-    from .registry import COMMANDS
-
-    sub = lower(argv[1]).decode("utf-8", "replace")
-    cmd = COMMANDS[b"client"].subcommands.get(sub)
-    if cmd is None:
-        raise CommandError(errors.unknown_subcommand(bytes(argv[1]), "client"))
-    if (cmd.arity > 0 and len(argv) != cmd.arity) or (cmd.arity < 0 and len(argv) < -cmd.arity):
-        raise CommandError(f"ERR wrong number of arguments for 'client|{sub}' command")
-    return cmd.handler(c, argv)
+    return run_subcommand(c, argv, "client")
 
 
 @command(
@@ -359,15 +351,7 @@ def client_no_touch(c: Client, argv: list[Any]) -> None:
     summary="Returns helpful text about the different subcommands.",
 )
 def client_help(c: Client, argv: list[Any]) -> None:
-    from .registry import COMMANDS
-
-    lines = ["CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:"]
-    for name, sub in sorted(COMMANDS[b"client"].subcommands.items()):
-        lines.append(f"{name.upper()} {sub.usage}".rstrip())
-        lines.append(f"    {sub.summary}")
-    c.reply.array(len(lines))
-    for line in lines:
-        c.reply.simple(line)
+    subcommand_help(c, "client")
 
 
 def uptime_seconds(c: Client) -> int:

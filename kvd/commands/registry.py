@@ -99,6 +99,31 @@ def command(
     return register
 
 
+def run_subcommand(c: Client, argv: list[Any], container: str) -> Awaitable[None] | None:
+    """Dispatch ``CONTAINER SUB args...`` (CLIENT, CONFIG, COMMAND) with Redis's errors for a bad sub/arity."""
+    from kvd.protocol import errors
+    from kvd.protocol.errors import CommandError
+
+    sub = bytes(argv[1]).lower().decode("utf-8", "replace")
+    cmd = COMMANDS[container.encode()].subcommands.get(sub)
+    if cmd is None:
+        raise CommandError(errors.unknown_subcommand(bytes(argv[1]), container))
+    if (cmd.arity > 0 and len(argv) != cmd.arity) or (cmd.arity < 0 and len(argv) < -cmd.arity):
+        raise CommandError(f"ERR wrong number of arguments for '{container}|{sub}' command")
+    return cmd.handler(c, argv)
+
+
+def subcommand_help(c: Client, container: str) -> None:
+    """``CONTAINER HELP``: one line of usage and one of summary per subcommand, as simple strings."""
+    lines = [f"{container.upper()} <subcommand> [<arg> [value] [opt] ...]. Subcommands are:"]
+    for name, sub in sorted(COMMANDS[container.encode()].subcommands.items()):
+        lines.append(f"{name.upper()} {sub.usage}".rstrip())
+        lines.append(f"    {sub.summary}")
+    c.reply.array(len(lines))
+    for line in lines:
+        c.reply.simple(line)
+
+
 # -- COMMAND DOCS argument trees ----------------------------------------------------------------------------
 
 _TOKEN = re.compile(r"\[|\]|\||\.\.\.|[^\s\[\]|]+")

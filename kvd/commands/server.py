@@ -17,7 +17,7 @@ from kvd.protocol.reply import Pairs, Status
 from kvd.store.glob import glob_match
 
 from .args import lower, text
-from .registry import ADMIN, COMMANDS, FAST, LOADING, NOAUTH, Command, command
+from .registry import ADMIN, COMMANDS, FAST, LOADING, NOAUTH, Command, command, run_subcommand, subcommand_help
 
 if TYPE_CHECKING:
     from kvd.connection import Client
@@ -88,13 +88,7 @@ def config_pairs(c: Client) -> list[tuple[str, str]]:
     usage="subcommand [argument ...]",
 )
 def config(c: Client, argv: list[Any]) -> Any:
-    sub = lower(argv[1]).decode("utf-8", "replace")
-    cmd = COMMANDS[b"config"].subcommands.get(sub)
-    if cmd is None:
-        raise CommandError(errors.unknown_subcommand(bytes(argv[1]), "config"))
-    if (cmd.arity > 0 and len(argv) != cmd.arity) or (cmd.arity < 0 and len(argv) < -cmd.arity):
-        raise CommandError(f"ERR wrong number of arguments for 'config|{sub}' command")
-    return cmd.handler(c, argv)
+    return run_subcommand(c, argv, "config")
 
 
 @command(
@@ -166,7 +160,7 @@ def config_resetstat(c: Client, argv: list[Any]) -> None:
     summary="Returns helpful text about the different subcommands.",
 )
 def config_help(c: Client, argv: list[Any]) -> None:
-    _help(c, "config")
+    subcommand_help(c, "config")
 
 
 # -- COMMAND -------------------------------------------------------------------------------------------------
@@ -189,13 +183,7 @@ def command_(c: Client, argv: list[Any]) -> Any:
         for cmd in cmds:
             _command_info(c, cmd)
         return None
-    sub = lower(argv[1]).decode("utf-8", "replace")
-    cmd = COMMANDS[b"command"].subcommands.get(sub)
-    if cmd is None:
-        raise CommandError(errors.unknown_subcommand(bytes(argv[1]), "command"))
-    if (cmd.arity > 0 and len(argv) != cmd.arity) or (cmd.arity < 0 and len(argv) < -cmd.arity):
-        raise CommandError(f"ERR wrong number of arguments for 'command|{sub}' command")
-    return cmd.handler(c, argv)
+    return run_subcommand(c, argv, "command")
 
 
 def _lookup(name: bytes) -> Command | None:
@@ -380,14 +368,4 @@ def command_getkeys(c: Client, argv: list[Any]) -> None:
     summary="Returns helpful text about the different subcommands.",
 )
 def command_help(c: Client, argv: list[Any]) -> None:
-    _help(c, "command")
-
-
-def _help(c: Client, container: str) -> None:
-    lines = [f"{container.upper()} <subcommand> [<arg> [value] [opt] ...]. Subcommands are:"]
-    for name, sub in sorted(COMMANDS[container.encode()].subcommands.items()):
-        lines.append(f"{name.upper()} {sub.usage}".rstrip())
-        lines.append(f"    {sub.summary}")
-    c.reply.array(len(lines))
-    for line in lines:
-        c.reply.simple(line)
+    subcommand_help(c, "command")

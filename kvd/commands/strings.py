@@ -7,6 +7,7 @@ mutating the stored one, because replies and in-flight disk writes may still hol
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from kvd.protocol import errors
@@ -40,23 +41,22 @@ def _expire_at(c: Client, unit: bytes, raw: bytes, name: str) -> int:
     return value
 
 
-def _reply_value(c: Client, value: Any) -> Any:
-    """Reply with a value that may still be on disk (an awaitable)."""
-    if value is None:
-        c.reply.null()
-        return None
-    if isinstance(value, bytes | bytearray | memoryview):
-        c.reply.bulk(value)
+def _then(value: Any, use: Callable[[Any], None]) -> Any:
+    """Call ``use`` with a value that may still be on disk. Returns None when done, or the awaitable the
+    connection must wait for (cold values are read off the event loop, see ``Keyspace.get``)."""
+    if value is None or isinstance(value, bytes | bytearray | memoryview):
+        use(value)
         return None
 
     async def finish() -> None:
-        loaded = await value
-        if loaded is None:
-            c.reply.null()
-        else:
-            c.reply.bulk(loaded)
+        use(await value)
 
     return finish()
+
+
+def _reply_value(c: Client, value: Any) -> Any:
+    """Reply with a value (or null) that may still be on disk."""
+    return _then(value, lambda v: c.reply.null() if v is None else c.reply.bulk(v))
 
 
 @command(
@@ -368,14 +368,7 @@ def getrange(c: Client, argv: list[Any]) -> Any:
             return
         c.reply.bulk(memoryview(data)[s : e + 1])
 
-    if value is None or isinstance(value, bytes | bytearray | memoryview):
-        reply(value)
-        return None
-
-    async def finish() -> None:
-        reply(await value)
-
-    return finish()
+    return _then(value, reply)
 
 
 @command(
@@ -398,14 +391,7 @@ def append(c: Client, argv: list[Any]) -> Any:
         c.keyspace.set(key, new, entry.expire_at if entry is not None else 0)
         c.reply.integer(len(new))
 
-    if current is None or isinstance(current, bytes | bytearray | memoryview):
-        store(current)
-        return None
-
-    async def finish() -> None:
-        store(await current)
-
-    return finish()
+    return _then(current, store)
 
 
 def _incr(c: Client, key: bytes, delta: int) -> Any:
@@ -420,14 +406,7 @@ def _incr(c: Client, key: bytes, delta: int) -> Any:
         c.keyspace.set(key, b"%d" % new, entry.expire_at if entry is not None else 0)
         c.reply.integer(new)
 
-    if current is None or isinstance(current, bytes | bytearray | memoryview):
-        store(current)
-        return None
-
-    async def finish() -> None:
-        store(await current)
-
-    return finish()
+    return _then(current, store)
 
 
 @command(
