@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("kvd.client")
 
 _SECURITY_ATTACK = (b"post", b"host:")
+_RUN_IN_MULTI = frozenset({"exec", "discard", "multi", "watch", "quit", "reset"})  # not queued after MULTI
 
 
 class Client(asyncio.BufferedProtocol):
@@ -84,6 +85,9 @@ class Client(asyncio.BufferedProtocol):
         self._task: asyncio.Future[None] | None = None  # the awaited command or barrier, kept referenced
         self._log_dirty = False  # this batch appended to the segment log
         self._write_spans: list[tuple[int, int]] = []  # reply ranges of write commands in _out
+        self._multi: list[list[Any]] | None = None  # commands queued since MULTI
+        self._multi_error = False  # a queued command was refused: EXEC answers EXECABORT
+        self._watched: dict[bytes, tuple[Any, int]] = {}  # key -> (entry object, deadline) at WATCH
 
     # -- asyncio protocol callbacks ----------------------------------------------------------------------------
 
@@ -190,6 +194,8 @@ class Client(asyncio.BufferedProtocol):
                 self.kill()
                 return None
             stats.unknown_commands += 1
+            if self._multi is not None:
+                self._multi_error = True
             reply.error(errors.unknown_command(bytes(argv[0]), argv[1:]))
             return None
         self.last_command = cmd.name
@@ -198,7 +204,13 @@ class Client(asyncio.BufferedProtocol):
             return None
         arity = cmd.arity
         if (arity > 0 and len(argv) != arity) or len(argv) < -arity:
+            if self._multi is not None:
+                self._multi_error = True
             reply.error(errors.wrong_arity(cmd.name))
+            return None
+        if self._multi is not None and cmd.name not in _RUN_IN_MULTI:
+            self._multi.append(argv)
+            reply.raw(b"+QUEUED\r\n")
             return None
         is_write = cmd.is_write and self.keyspace.log is not None
         if is_write:
@@ -340,6 +352,65 @@ class Client(asyncio.BufferedProtocol):
             f"user=default redir=-1 resp={self.reply.proto} lib-name={self.lib_name.decode(errors='replace')} "
             f"lib-ver={self.lib_ver.decode(errors='replace')}"
         )
+
+    # -- transactions (kvd/commands/transactions.py) ------------------------------------------------------------
+
+    @property
+    def in_multi(self) -> bool:
+        return self._multi is not None
+
+    def begin_multi(self) -> None:
+        self._multi = []
+        self._multi_error = False
+
+    def discard_multi(self) -> None:
+        self._multi = None
+        self._multi_error = False
+        self._watched.clear()
+
+    def watch(self, keys: list[bytes]) -> None:
+        for key in keys:
+            if key not in self._watched:
+                entry = self.keyspace.lookup(key)
+                self._watched[key] = (entry, entry.expire_at if entry is not None else 0)
+
+    def unwatch(self) -> None:
+        self._watched.clear()
+
+    def exec_multi(self) -> Any:
+        queued, aborted = self._multi or [], self._multi_error
+        intact = all(
+            (entry := self.keyspace.lookup(key)) is snapshot and (entry is None or entry.expire_at == deadline)
+            for key, (snapshot, deadline) in self._watched.items()
+        )
+        self.discard_multi()
+        if aborted:
+            self.reply.error("EXECABORT Transaction discarded because of previous errors.")
+            return None
+        if not intact:
+            self.reply.null_array()
+            return None
+        self.reply.array(len(queued))
+        for i, argv in enumerate(queued):
+            pending = self._execute(argv)
+            if pending is not None:
+                return self._exec_rest(pending, queued[i + 1 :])
+        return None
+
+    async def _exec_rest(self, pending: Any, rest: list[list[Any]]) -> None:
+        """The part of an EXEC after a command that had to wait for the disk."""
+        while True:
+            try:
+                await pending
+            except CommandError as exc:
+                self.reply.error(exc.message)
+            except OutOfMemory:
+                self.reply.error(errors.OOM)
+            pending = None
+            while rest and pending is None:
+                pending = self._execute(rest.pop(0))
+            if pending is None:
+                return
 
     @property
     def busy(self) -> bool:

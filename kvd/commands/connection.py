@@ -148,6 +148,9 @@ def quit_(c: Client, argv: list[Any]) -> None:
 def reset(c: Client, argv: list[Any]) -> None:
     c.reply.proto = 2
     c.name = b""
+    if c.in_multi:
+        c.discard_multi()
+    c.unwatch()
     c.set_authenticated(not c.server.settings.requirepass)
     c.reply.raw(b"+RESET\r\n")
 

@@ -1,0 +1,80 @@
+"""MULTI / EXEC / DISCARD / WATCH / UNWATCH (Redis ``multi.c``).
+
+redis-py's ``pipeline()`` wraps its commands in MULTI/EXEC by default, so a Redis-compatible server needs them
+even when nobody asks for transactions by name. Commands after MULTI are checked (existence, arity) and queued
+with ``+QUEUED``; a bad one makes EXEC answer ``-EXECABORT``. EXEC runs the queue in order with nothing from
+other clients in between, with one exception: a command that reads a value from the disk tier yields the event
+loop while it reads (like any cold GET), so a transaction over cold values is ordered but not isolated from
+writers during that read. WATCH remembers each key's entry object; every write replaces it, so EXEC replies
+with a null array if any watched key was written, deleted, expired or had its TTL changed since.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kvd.protocol.errors import CommandError
+
+from .registry import FAST, NOAUTH, command
+
+if TYPE_CHECKING:
+    from kvd.connection import Client
+
+G = "transactions"
+
+
+@command("multi", 1, f"{FAST}", group=G, since="1.2.0", summary="Starts a transaction.")
+def multi(c: Client, argv: list[Any]) -> None:
+    if c.in_multi:
+        raise CommandError("ERR MULTI calls can not be nested")
+    c.begin_multi()
+    c.reply.ok()
+
+
+@command(
+    "exec",
+    1,
+    "",
+    group=G,
+    since="1.2.0",
+    complexity="depends on the queued commands",
+    summary="Executes all commands in a transaction.",
+)
+def exec_(c: Client, argv: list[Any]) -> Any:
+    if not c.in_multi:
+        raise CommandError("ERR EXEC without MULTI")
+    return c.exec_multi()
+
+
+@command("discard", 1, f"{FAST}", group=G, since="2.0.0", summary="Discards a transaction.")
+def discard(c: Client, argv: list[Any]) -> None:
+    if not c.in_multi:
+        raise CommandError("ERR DISCARD without MULTI")
+    c.discard_multi()
+    c.reply.ok()
+
+
+@command(
+    "watch",
+    -2,
+    f"{FAST}",
+    (1, -1, 1),
+    group=G,
+    since="2.2.0",
+    complexity="O(1) for every key",
+    summary="Monitors changes to keys to determine the execution of a transaction.",
+    usage="key [key ...]",
+)
+def watch(c: Client, argv: list[Any]) -> None:
+    if c.in_multi:
+        raise CommandError("ERR WATCH inside MULTI is not allowed")
+    c.watch([bytes(k) for k in argv[1:]])
+    c.reply.ok()
+
+
+@command(
+    "unwatch", 1, f"{FAST} {NOAUTH}", group=G, since="2.2.0", summary="Forgets about all watched keys of a transaction."
+)
+def unwatch(c: Client, argv: list[Any]) -> None:
+    c.unwatch()
+    c.reply.ok()

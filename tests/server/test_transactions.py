@@ -1,0 +1,93 @@
+"""MULTI/EXEC/DISCARD/WATCH against a real kvd: redis-py's default (transactional) pipeline must just work."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import redis
+
+
+def test_default_redis_py_pipeline_is_a_transaction(server):
+    r = server.client()
+    with r.pipeline() as pipe:  # transaction=True: MULTI ... EXEC
+        pipe.set("a", "1").incr("a").get("a").mget("a", "missing")
+        assert pipe.execute() == [True, 2, b"2", [b"2", None]]
+
+
+def test_multi_queues_and_exec_runs_in_order(server):
+    r = server.client()
+    conn = r.connection_pool.get_connection()
+    try:
+        for command, expected in (
+            (("MULTI",), b"OK"),
+            (("SET", "k", "v"), b"QUEUED"),
+            (("GET", "k"), b"QUEUED"),
+        ):
+            conn.send_command(*command)
+            assert conn.read_response() == expected
+        conn.send_command("EXEC")
+        assert conn.read_response() == [b"OK", b"v"]
+    finally:
+        r.connection_pool.release(conn)
+
+
+def test_errors_inside_multi_abort_exec(server):
+    r = server.client()
+    conn = r.connection_pool.get_connection()
+    try:
+        conn.send_command("MULTI")
+        assert conn.read_response() == b"OK"
+        conn.send_command("SET", "k")  # wrong arity: refused at queue time
+        with pytest.raises(redis.ResponseError, match="wrong number of arguments"):
+            conn.read_response()
+        conn.send_command("SET", "k", "v")
+        assert conn.read_response() == b"QUEUED"
+        conn.send_command("EXEC")
+        with pytest.raises(redis.ResponseError, match="^Transaction discarded because of previous errors.$"):
+            conn.read_response()
+    finally:
+        r.connection_pool.release(conn)
+    assert r.get("k") is None
+
+
+def test_exec_discard_without_multi_and_nesting(server):
+    r = server.client()
+    with pytest.raises(redis.ResponseError, match="^EXEC without MULTI$"):
+        r.execute_command("EXEC")
+    with pytest.raises(redis.ResponseError, match="^DISCARD without MULTI$"):
+        r.execute_command("DISCARD")
+
+
+def test_watch_detects_a_concurrent_write(server):
+    r = server.client()
+    other = server.client()
+    r.set("balance", "10")
+    with r.pipeline() as pipe:
+        pipe.watch("balance")
+        assert pipe.get("balance") == b"10"
+        other.set("balance", "99")  # another client writes between WATCH and EXEC
+        pipe.multi()
+        pipe.set("balance", "11")
+        with pytest.raises(redis.WatchError):
+            pipe.execute()
+    assert r.get("balance") == b"99"
+    with r.pipeline() as pipe:  # untouched: the transaction goes through
+        pipe.watch("balance")
+        pipe.multi()
+        pipe.set("balance", "100")
+        assert pipe.execute() == [True]
+    assert r.get("balance") == b"100"
+
+
+def test_transaction_over_cold_values_reads_them_from_disk(server_factory):
+    srv = server_factory("--persistence", "yes", "--maxmemory", "4mb")
+    r = srv.client()
+    values = {f"k{i}": os.urandom(1 << 20) for i in range(10)}
+    r.mset(values)
+    with r.pipeline() as pipe:
+        for key in values:
+            pipe.get(key)
+        pipe.set("after", "1")
+        assert pipe.execute() == [*values.values(), True]
+    assert r.info("kvd")["disk_hits"] > 0
