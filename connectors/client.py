@@ -47,6 +47,55 @@ class ClientConfig:
     max_connections: int = 8
 
 
+_DIRECT_READ_MIN = 64 * 1024  # values at least this large are received in place (see KvdClient._mget_into)
+
+
+def _read_bulk_array(sock: Any) -> list[bytearray | None]:
+    """Read one RESP2/RESP3 array of bulk strings or nulls from ``sock``; each value lands in its own buffer."""
+    pending = bytearray()
+
+    def line() -> bytes:
+        while (end := pending.find(b"\r\n")) < 0:
+            chunk = sock.recv(65536)
+            if not chunk:
+                raise redis.ConnectionError("connection closed while reading a reply")
+            pending.extend(chunk)
+        text = bytes(pending[:end])
+        del pending[: end + 2]
+        return text
+
+    head = line()
+    if head[:1] in (b"-", b"!"):
+        raise redis.ResponseError(head[1:].decode("utf-8", "replace"))
+    if head[:1] != b"*":
+        raise redis.ConnectionError(f"unexpected reply to MGET: {head[:32]!r}")
+    values: list[bytearray | None] = []
+    for _ in range(int(head[1:])):
+        header = line()
+        if header in (b"$-1", b"_"):
+            values.append(None)
+            continue
+        if header[:1] != b"$":
+            raise redis.ConnectionError(f"unexpected element in MGET reply: {header[:32]!r}")
+        size = int(header[1:]) + 2
+        value = bytearray(size)
+        got = min(len(pending), size)
+        value[:got] = pending[:got]
+        del pending[:got]
+        view = memoryview(value)
+        while got < size:
+            n = sock.recv_into(view[got:])
+            if not n:
+                raise redis.ConnectionError("connection closed while reading a value")
+            got += n
+        del view
+        del value[-2:]  # the CRLF; shrinking by two bytes never moves the buffer
+        values.append(value)
+    if pending:
+        raise redis.ConnectionError("unexpected bytes after an MGET reply")
+    return values
+
+
 def _unknown_command(exc: redis.ResponseError) -> bool:
     text = str(exc).lower()
     return "unknown command" in text or "unknown subcommand" in text
@@ -236,9 +285,10 @@ class KvdClient:
         if value_size_hint > 0:
             per_batch = max(1, self.config.max_batch_bytes // value_size_hint)
         out: list[bytes | None] = []
+        fetch = self._mget_into if value_size_hint >= _DIRECT_READ_MIN else self._redis.mget
         try:
             for i in range(0, len(keys), per_batch):
-                out.extend(self._redis.mget(keys[i : i + per_batch]))
+                out.extend(fetch(keys[i : i + per_batch]))
         except _NETWORK_ERRORS as exc:
             self._failed("load", exc)
             out.extend([None] * (len(keys) - len(out)))
@@ -249,6 +299,26 @@ class KvdClient:
             return out
         self._ok()
         return out
+
+    def _mget_into(self, keys: Sequence[str]) -> list[Any]:
+        """MGET whose large values are received straight into their final bytearrays.
+
+        redis-py (with or without hiredis) reads replies in 64 KiB pieces and reassembles each bulk string, two
+        copies of every value; here each value is ``recv_into`` a buffer of its exact size, one copy (the
+        kernel's). The command goes out through redis-py's connection (auth, TLS, RESP version already done);
+        only the reply is read by hand. Any surprise drops the connection, so the pool never reuses a socket in
+        an unknown state.
+        """
+        pool = self._redis.connection_pool
+        conn = pool.get_connection()
+        try:
+            conn.send_command("MGET", *keys)
+            return _read_bulk_array(conn._sock)  # type: ignore[attr-defined]
+        except BaseException:
+            conn.disconnect()
+            raise
+        finally:
+            pool.release(conn)
 
     def put_many(self, items: Sequence[tuple[str, Any]], *, skip_existing: bool = True) -> tuple[int, int]:
         """Store ``(key, value)`` pairs; returns (values written, bytes written). Never raises."""
