@@ -63,6 +63,7 @@ class Client(asyncio.BufferedProtocol):
             max_bulk=settings.proto_max_bulk_len,
             query_limit=settings.client_query_buffer_limit,
             authenticated=self.authenticated,
+            pool=server.keyspace.pool,
         )
         self.name = b""
         self.lib_name = b""

@@ -235,6 +235,8 @@ def _kvd(s: Server) -> list[tuple[str, object]]:
         ("disk_evictions", disk.get("disk_evictions", 0)),
         ("disk_corrupt_reads", st.corrupt_reads),
         ("promotions", st.promotions),
+        ("recycled_buffers", ks.pool.recycled),
+        ("reused_buffers", ks.pool.reused),
         ("misses", st.keyspace_misses),
         ("evicted_keys", st.evicted_keys),
         ("expired_keys", st.expired_keys),

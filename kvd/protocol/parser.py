@@ -25,6 +25,7 @@ Complexity: O(bytes received) per request, with one ``find`` per header line; co
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 try:  # a declared dependency; without it the pure-Python paths below parse everything, only slower
     import hiredis
@@ -32,6 +33,9 @@ except ImportError:  # pragma: no cover
     hiredis = None
 
 from .errors import DropConnection, ProtocolError
+
+if TYPE_CHECKING:
+    from kvd.store.bufpool import BufferPool
 
 BIG_ARG = 32 * 1024
 BIG_UPFRONT = 32 * 1024 * 1024
@@ -115,10 +119,14 @@ class RequestParser:
         "_start",
         "authenticated",
         "max_bulk",
+        "pool",
         "query_limit",
     )
 
-    def __init__(self, *, max_bulk: int, query_limit: int, authenticated: bool = True) -> None:
+    def __init__(
+        self, *, max_bulk: int, query_limit: int, authenticated: bool = True, pool: BufferPool | None = None
+    ) -> None:
+        self.pool = pool  # recycled value buffers (kvd/store/bufpool.py), skipping zero-fill and page faults
         self.max_bulk = max_bulk
         self.query_limit = query_limit
         self.authenticated = authenticated
@@ -282,7 +290,9 @@ class RequestParser:
                         # Up to BIG_UPFRONT the value's final buffer is allocated at once (KV chunks, the hot
                         # path); a larger declared length gets BIG_UPFRONT now and grows as bytes arrive, so a
                         # client that declares 512 MiB and sends 2 bytes does not cost 512 MiB of RSS.
-                        big = bytearray(min(length, max(BIG_UPFRONT, avail)))
+                        big = (self.pool.take(length) if self.pool is not None else None) or bytearray(
+                            min(length, max(BIG_UPFRONT, avail))
+                        )
                         self._big_len = length
                         take = min(avail, length)
                         big[:take] = buf[pos : pos + take]

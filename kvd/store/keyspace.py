@@ -30,6 +30,7 @@ import time
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
+from .bufpool import BufferPool
 from .expiry import ExpiryHeap
 from .ram import RamTier
 from .scan import ScanIndex
@@ -87,6 +88,8 @@ class Keyspace:
         self.expiry = ExpiryHeap()
         self.log = seg_log
         self.stats = TierStats()
+        # Dropped values are recycled as receive buffers (kvd/store/bufpool.py); bounded by 1/16 of the RAM tier.
+        self.pool = BufferPool(min(256 << 20, maxmemory // 16) if maxmemory else 256 << 20)
         self._loads: dict[tuple[bytes, Any], asyncio.Future[Value | None]] = {}
 
     # -- sizes -----------------------------------------------------------------------------------------------
@@ -244,6 +247,7 @@ class Keyspace:
         self.ram.clear()
         self.scan.clear()
         self.expiry.clear()
+        self.pool.clear()
         return removed
 
     # -- iteration -------------------------------------------------------------------------------------------
@@ -336,6 +340,19 @@ class Keyspace:
             self.expiry.live -= 1
         if entry.loc is not None and self.log is not None:
             self.log.mark_dead(entry.loc)
+        self._recycle(entry)
+
+    def _recycle(self, entry: Entry) -> None:
+        """Offer a dropped entry's value to the buffer pool (kept only if nothing else references it)."""
+        value = entry.value
+        entry.value = None
+        self.pool.give(value)
+
+    def _demote(self, key: bytes, entry: Entry) -> None:
+        value = entry.value
+        self.ram.demote(key, entry)
+        self.stats.ram_demotions += 1
+        self.pool.give(value)
 
     def _remove(self, key: bytes, entry: Entry, *, log_delete: bool, mark_dead: bool = True) -> None:
         del self._entries[key]
@@ -349,6 +366,7 @@ class Keyspace:
                 self.log.mark_dead(entry.loc)
             if log_delete:
                 self.log.append_delete(key)
+        self._recycle(entry)
 
     def _fits(self, value: Value) -> bool:
         return not self.ram.budget or self.ram.value_charge(value) <= self.ram.budget // 2
@@ -361,8 +379,7 @@ class Keyspace:
                 key, entry = ram.oldest_hot()  # type: ignore[misc]
                 if entry.loc is None:
                     break
-                ram.demote(key, entry)
-                self.stats.ram_demotions += 1
+                self._demote(key, entry)
             if ram.used + extra > ram.budget:
                 raise OutOfMemory
 
@@ -373,8 +390,7 @@ class Keyspace:
             if oldest is not None:
                 key, entry = oldest
                 if entry.loc is not None:
-                    ram.demote(key, entry)
-                    self.stats.ram_demotions += 1
+                    self._demote(key, entry)
                     continue
                 if self.policy == "noeviction":
                     return

@@ -1,0 +1,37 @@
+"""The value-buffer pool recycles only buffers nothing else can see, within its byte budget."""
+
+from __future__ import annotations
+
+from kvd.store.bufpool import MIN_SIZE, BufferPool
+
+
+def test_unreferenced_buffer_is_recycled_and_reused_exactly_once():
+    pool = BufferPool(max_bytes=1 << 20)
+    buf = bytearray(MIN_SIZE)
+    ident = id(buf)
+    pool.give(buf)
+    del buf
+    assert pool.held == MIN_SIZE
+    got = pool.take(MIN_SIZE)
+    assert got is not None and id(got) == ident
+    assert pool.take(MIN_SIZE) is None
+
+
+def test_referenced_buffers_are_never_recycled():
+    pool = BufferPool(max_bytes=1 << 20)
+    value = bytearray(MIN_SIZE)
+    in_flight = memoryview(value)  # e.g. a reply still queued in a transport
+    alias = value  # e.g. a pending disk write
+    pool.give(value)
+    assert pool.held == 0
+    del in_flight, alias
+
+
+def test_small_values_bytes_and_budget():
+    pool = BufferPool(max_bytes=2 * MIN_SIZE, per_size=8)
+    pool.give(bytearray(MIN_SIZE - 1))  # below the in-place receive size
+    pool.give(bytes(MIN_SIZE))  # immutable values are never buffers
+    for _ in range(3):
+        pool.give(bytearray(MIN_SIZE))
+    assert pool.held == 2 * MIN_SIZE and pool.recycled == 2
+    assert pool.take(MIN_SIZE + 1) is None
