@@ -47,7 +47,7 @@ def test_unknown_command_keeps_connection(server):
 
 def test_requirepass_gates_everything_but_auth(server_factory):
     srv = server_factory("--requirepass", "s3cret")
-    anon = srv.client()
+    anon = srv.client(password=None)
     with pytest.raises(redis.AuthenticationError):
         anon.get("k")
     with pytest.raises(redis.AuthenticationError):
