@@ -147,11 +147,15 @@ def ensure_redis() -> str:
     return path
 
 
-def start_kvd(name: str, loop: str, persistence: str, workdir: Path) -> Server:
+def start_kvd(name: str, loop: str, persistence: str, workdir: Path, variant: str = "") -> Server:
     port = free_port()
     d = workdir / name
     d.mkdir(parents=True, exist_ok=True)
-    cmd = [PY, "-m", "kvd", "--port", str(port), "--bind", "127.0.0.1", "--maxmemory", "8gb"]
+    if variant:  # proposed changes applied as monkeypatches (bench_lib.VARIANTS)
+        cmd = [PY, str(Path(__file__).with_name("bench_lib.py")), "kvd-variant", variant.replace("+", ","), "--"]
+    else:
+        cmd = [PY, "-m", "kvd"]
+    cmd += ["--port", str(port), "--bind", "127.0.0.1", "--maxmemory", "8gb"]
     if persistence == "off":
         cmd += ["--persistence", "no"]
     else:
@@ -160,7 +164,7 @@ def start_kvd(name: str, loop: str, persistence: str, workdir: Path) -> Server:
     log = d / "kvd.log"
     with open(log, "wb") as f:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT)
-    srv = Server(name, "kvd", port, proc, log, {"loop": loop})
+    srv = Server(name, "kvd", port, proc, log, {"loop": loop, "variant": variant})
     _wait_ready(srv)
     return srv
 
@@ -207,7 +211,11 @@ def pct(values: list[int], p: float) -> float:
     return values[min(len(values) - 1, int(p / 100 * len(values)))] / 1e6  # ns -> ms
 
 
-def run_clients(spec: dict[str, Any], nproc: int, worker: Any = bl.sync_worker) -> dict[str, Any]:
+def run_clients(
+    spec: dict[str, Any], nproc: int, worker: Any = bl.sync_worker, pid: int | None = None
+) -> dict[str, Any]:
+    """Run ``nproc`` client processes against one server; ``pid``: also its CPU time per operation."""
+    cpu0 = _cpu_seconds(pid) if pid else None
     ctx = mp.get_context("fork")
     barrier = ctx.Barrier(nproc)
     q = ctx.Queue()
@@ -234,7 +242,14 @@ def run_clients(spec: dict[str, Any], nproc: int, worker: Any = bl.sync_worker) 
     elapsed = max(r["elapsed"] for r in results)
     nbytes = sum(r["bytes"] for r in results)
     ops = sum(r["ops"] for r in results)
+    extra: dict[str, Any] = {}
+    if pid and cpu0 is not None:
+        d = _cpu_seconds(pid) - cpu0
+        total_ops = ops + sum(r.get("warm", 0) for r in results)
+        extra["srv_cpu_us_op"] = 1e6 * (d[0] + d[1]) / max(1, total_ops)
+        extra["srv_cpu_pct"] = 100 * (d[0] + d[1]) / elapsed if elapsed else 0.0
     return {
+        **extra,
         "ops": ops,
         "seconds": round(elapsed, 3),
         "gbps": nbytes / elapsed / 1e9 if elapsed else 0.0,
@@ -245,6 +260,7 @@ def run_clients(spec: dict[str, Any], nproc: int, worker: Any = bl.sync_worker) 
 
 
 def plan(size: int) -> dict[str, int]:
+    size = max(size, 1)
     mget_n = max(1, min(16, (64 * MiB) // size))
     return {
         "nget": max(16, min(256, (128 * MiB) // size)),
@@ -279,7 +295,7 @@ def flushall(servers: list[Server]) -> None:
 
 def bench_values(data: list[Server], ceiling: Server | None, args: argparse.Namespace, out: dict[str, Any]) -> None:
     runs = out["runs"]
-    clients = [("raw", 1), ("raw", 4), ("redispy", 1), ("redispy-async", 4)]
+    clients = [(c, n) for c, n in (("raw", 1), ("raw", 4), ("redispy", 1), ("redispy-async", 4)) if c in args.clients]
     for size in args.sizes:
         p = plan(size)
         t_size = time.monotonic()
@@ -303,10 +319,11 @@ def bench_values(data: list[Server], ceiling: Server | None, args: argparse.Name
                             min_ops=3,
                             tasks=conc,
                         )
+                        pid = srv.pid if srv.kind != "ceiling" else None
                         if client == "redispy-async":
-                            res = run_clients(spec, 1, bl.async_worker)
+                            res = run_clients(spec, 1, bl.async_worker, pid)
                         else:
-                            res = run_clients(spec, conc)
+                            res = run_clients(spec, conc, pid=pid)
                         row = {"client": client, "op": op, "size": size, "conc": conc, "target": srv.name}
                         if op == "MGET":
                             row["mget_n"] = p["mget_n"]
@@ -342,11 +359,14 @@ def bench_redis_benchmark(data: list[Server], args: argparse.Namespace, out: dic
         for srv in data:
             cmd = ["redis-benchmark", "-h", "127.0.0.1", "-p", str(srv.port), "-t", "set,get", "-d", "64"]
             cmd += ["-n", str(n), "-c", "50", "-r", "100000", "-P", str(pipeline), "--csv"]
+            cpu0 = _cpu_seconds(srv.pid)
             try:
                 proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
                 text = proc.stdout
             except subprocess.TimeoutExpired as exc:
                 text = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+            d_cpu = _cpu_seconds(srv.pid) - cpu0
+            cpu_us = 1e6 * (d_cpu[0] + d_cpu[1]) / (2 * n)  # per request, SET and GET together
             parsed = list(csv.reader(io.StringIO(text)))
             header = parsed[0] if parsed else []
             for rec in parsed[1:]:
@@ -358,6 +378,7 @@ def bench_redis_benchmark(data: list[Server], args: argparse.Namespace, out: dic
                     "rps": float(d.get("rps", "nan")),
                     "p50_ms": float(d.get("p50_latency_ms", "nan")),
                     "p99_ms": float(d.get("p99_latency_ms", "nan")),
+                    "srv_cpu_us_op": cpu_us,
                 }
                 rows.append(row)
                 print(f"  redis-benchmark -P {pipeline:<2} {row['test']:<4} {srv.name:<11} {row['rps']:10.0f} req/s")
@@ -388,7 +409,7 @@ def bench_prefix(data: list[Server], args: argparse.Namespace, out: dict[str, An
                     max_ops=100_000,
                     min_ops=3,
                 )
-                res = run_clients(spec, 1)
+                res = run_clients(spec, 1, pid=srv.pid)
                 row = {"client": client, "target": srv.name, "op": op}
                 row.update(res)
                 rows.append(row)
@@ -513,15 +534,13 @@ def bench_profile(args: argparse.Namespace, workdir: Path, out: dict[str, Any]) 
         return
     prof = out["profile"]
     cases = [
-        ("uvloop", "SET", 32 * MiB, 1),
-        ("uvloop", "GET", 32 * MiB, 1),
-        ("uvloop", "SET", 1 * MiB, 4),
-        ("uvloop", "GET", 1 * MiB, 4),
-        ("asyncio", "SET", 32 * MiB, 1),
-        ("asyncio", "GET", 32 * MiB, 1),
-        ("uvloop", "rb-P16", 64, 0),
-        ("uvloop", "rb-P1", 64, 0),
+        (loop, op, size, conc)
+        for loop in ("uvloop", "asyncio")
+        for size, conc in ((32 * MiB, 1), (1 * MiB, 4), (256 * KiB, 1))
+        for op in ("SET", "GET")
     ]
+    cases += [("uvloop", "rb-P1", 64, 0), ("uvloop", "rb-P16", 64, 0), ("asyncio", "rb-P1", 64, 0)]
+    cases += [("asyncio", "rb-P16", 64, 0), ("uvloop", "PREFIXLEN", 0, 1)]
     seconds = max(4.0, args.duration * 3)
     for loop, op, size, conc in cases:
         srv = start_kvd(f"prof-{loop}", loop, args.persistence, workdir)
@@ -543,50 +562,87 @@ def bench_profile(args: argparse.Namespace, workdir: Path, out: dict[str, Any]) 
                     "250",
                     "--duration",
                     str(int(seconds + 1)),
-                    "--nonblocking",
                     "-o",
                     str(raw),
                 ],
                 stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
+                stderr=open(raw.with_suffix(".log"), "wb"),  # noqa: SIM115
             )
-            time.sleep(0.8)
+            time.sleep(1.5)
             cpu0 = _cpu_seconds(srv.pid)
             t0 = time.monotonic()
+            res: dict[str, Any] = {}
             if op.startswith("rb-"):
                 pipeline = op.split("P")[1]
                 cmd = ["redis-benchmark", "-p", str(srv.port), "-t", "set,get", "-d", "64", "-c", "50"]
-                cmd += ["-n", str(args.rb_n * (10 if pipeline == "16" else 1)), "-P", pipeline, "-r", "100000", "-q"]
-                subprocess.run(cmd, capture_output=True, timeout=int(seconds * 4))
-                res: dict[str, Any] = {}
+                nreq = int(seconds * (80_000 if pipeline == "16" else 15_000))
+                cmd += ["-n", str(nreq), "-P", pipeline, "-r", "100000", "--csv"]
+                try:
+                    text = subprocess.run(cmd, capture_output=True, text=True, timeout=int(seconds * 5)).stdout
+                    res["rps"] = [float(r[1]) for r in csv.reader(io.StringIO(text)) if r and r[0] in ("SET", "GET")]
+                    res["ops"] = 2 * nreq if len(res["rps"]) == 2 else 0
+                except subprocess.TimeoutExpired:
+                    pass
             else:
                 spec = dict(p, client="raw", port=srv.port, op=op, size=size, duration=seconds, max_ops=10**6)
+                if op == "PREFIXLEN":
+                    c = srv.client()
+                    try:
+                        c.pipeline(b"".join(bl.encode(b"SET", b"pfx:%d" % i, b"v" * 16) for i in range(512)), 512)
+                    finally:
+                        c.close()
+                    spec["nkeys"] = PREFIX_KEYS
                 res = run_clients(spec, conc)
             cpu = _cpu_seconds(srv.pid) - cpu0
             wall = time.monotonic() - t0
+            ops = res.get("ops", 0)
             try:
                 rec.wait(timeout=seconds + 30)
             except subprocess.TimeoutExpired:
                 rec.kill()
                 rec.wait(timeout=5)
             summary = _collapse(raw) if raw.exists() else {"samples": 0}
+            if not summary["samples"]:
+                print(raw.with_suffix(".log").read_text()[-2000:])
             summary.update(
-                {"loop": loop, "op": op, "size": size, "conc": conc, "kvd_cpu_pct": round(100 * cpu / wall, 1)}
+                {
+                    "loop": loop,
+                    "op": op,
+                    "size": size,
+                    "conc": conc,
+                    "kvd_cpu_pct": round(100 * (cpu[0] + cpu[1]) / wall, 1),
+                    "kvd_user_pct": round(100 * cpu[0] / wall, 1),
+                    "kvd_sys_pct": round(100 * cpu[1] / wall, 1),
+                    "minor_faults_per_op": round(cpu[2] / ops, 1) if ops else None,
+                    "cpu_ms_per_op": round(1000 * (cpu[0] + cpu[1]) / ops, 3) if ops else None,
+                }
             )
-            summary.update({k: res[k] for k in ("gbps", "ops_s", "p50_ms", "p99_ms") if k in res})
+            summary.update({k: res[k] for k in ("gbps", "ops_s", "p50_ms", "p99_ms", "ops", "rps") if k in res})
             prof.append(summary)
             cpu_pct = summary["kvd_cpu_pct"]
-            print(f"  profile {loop} {op} {size} c={conc}: {summary['samples']} samples, kvd CPU {cpu_pct}%")
+            print(
+                f"  profile {loop} {op} {size} c={conc}: {summary['samples']} samples, kvd CPU {cpu_pct}% "
+                f"(user {summary['kvd_user_pct']}%, sys {summary['kvd_sys_pct']}%), "
+                f"{summary['minor_faults_per_op']} minor faults/op, {summary['cpu_ms_per_op']} CPU ms/op, "
+                f"{res.get('gbps', 0):.2f} GB/s {res.get('rps', '')}"
+            )
             for f, share in summary.get("self_pct", [])[:8]:
                 print(f"      {share:5.1f}%  {f}")
         finally:
             srv.stop()
 
 
-def _cpu_seconds(pid: int) -> float:
+class _Cpu(tuple):
+    def __sub__(self, other: tuple[float, ...]) -> tuple[float, ...]:  # type: ignore[override]
+        return tuple(a - b for a, b in zip(self, other, strict=True))
+
+
+def _cpu_seconds(pid: int) -> _Cpu:
+    """(user s, system s, minor faults) of a process, from /proc/PID/stat."""
     with open(f"/proc/{pid}/stat") as f:
         parts = f.read().rsplit(")", 1)[1].split()
-    return (int(parts[11]) + int(parts[12])) / os.sysconf("SC_CLK_TCK")
+    tck = os.sysconf("SC_CLK_TCK")
+    return _Cpu((int(parts[11]) / tck, int(parts[12]) / tck, int(parts[7])))
 
 
 # -- reporting ------------------------------------------------------------------------------------------------
@@ -609,16 +665,16 @@ def derive(out: dict[str, Any]) -> None:
     """Ratios and the targets, stored in the JSON so the docs and the plot read the same numbers."""
     runs = out["runs"]
     for r in runs:
-        if r["target"] not in ("kvd", "kvd-asyncio") or "error" in r:
+        if not r["target"].startswith("kvd") or "error" in r:
             continue
         key = {k: r[k] for k in ("client", "op", "size", "conc")}
         red = _find(runs, target="redis", **key)
         ceil = _find(runs, target="ceiling", **key)
         r["vs_redis"] = _ratio(r["gbps"], red["gbps"] if red else None)
         r["vs_ceiling"] = _ratio(r["gbps"], ceil["gbps"] if ceil else None)
-        if r["target"] == "kvd-asyncio":
+        if r["target"] != "kvd":
             uv = _find(runs, target="kvd", **key)
-            r["vs_uvloop"] = _ratio(r["gbps"], uv["gbps"] if uv else None)
+            r["vs_uvloop"] = _ratio(r["gbps"], uv["gbps"] if uv else None)  # vs kvd as it is (uvloop)
     targets: list[dict[str, Any]] = []
 
     def add(name: str, value: float | None, goal: float, higher: bool = True, unit: str = "x") -> None:
@@ -681,7 +737,7 @@ def tables(out: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
     res: list[tuple[str, list[str], list[list[str]]]] = []
     have_async = any(r["target"] == "kvd-asyncio" for r in runs)
     header = ["op", "value", "c", "redis GB/s", "kvd GB/s", "kvd/redis", "ceiling GB/s", "kvd/ceiling"]
-    header += ["redis p50/p99 ms", "kvd p50/p99 ms"]
+    header += ["redis p50/p99 ms", "kvd p50/p99 ms", "server CPU us/op redis / kvd"]
     if have_async:
         header += ["kvd-asyncio GB/s", "asyncio/uvloop"]
     rows = []
@@ -701,6 +757,7 @@ def tables(out: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
                 row += [
                     f"{_fmt(r and r['p50_ms'], '.3g')} / {_fmt(r and r['p99_ms'], '.3g')}",
                     f"{_fmt(k and k['p50_ms'], '.3g')} / {_fmt(k and k['p99_ms'], '.3g')}",
+                    f"{_fmt(r and r.get('srv_cpu_us_op'), '.0f')} / {_fmt(k and k.get('srv_cpu_us_op'), '.0f')}",
                 ]
                 if have_async:
                     row += [_fmt(a and a["gbps"], ".3f"), _fmt(a and a.get("vs_uvloop"))]
@@ -738,6 +795,7 @@ def tables(out: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
     header = ["test", "-P"] + [f"{n} req/s" for n in names] + ["kvd/redis"]
     header += ["kvd-asyncio/kvd"] if "kvd-asyncio" in names else []
     header += [f"{n} p50/p99 ms" for n in names]
+    header += ["server CPU us/req (SET+GET) " + " / ".join(names)]
     rows = []
     for pipeline in (1, 16):
         for test in ("SET", "GET"):
@@ -755,17 +813,28 @@ def tables(out: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
             row += [
                 f"{_fmt(g and g.get('p50_ms'), '.3g')} / {_fmt(g and g.get('p99_ms'), '.3g')}" for g in got.values()
             ]
+            row.append(" / ".join(_fmt(g and g.get("srv_cpu_us_op"), ".1f") for g in got.values()))
             rows.append(row)
     res.append(("redis-benchmark -t set,get -d 64 -c 50 -r 100000", header, rows))
 
-    header = ["client", "server", "request", "look-ups/s", "p50 ms", "p99 ms"]
+    header = ["client", "server", "request", "look-ups/s", "p50 ms", "p99 ms", "server CPU us/look-up"]
     rows = []
     for r in out["prefix"]:
         if "error" in r:
-            rows.append([r["client"], r["target"], r["op"], "error", "-", "-"])
+            rows.append([r["client"], r["target"], r["op"], "error", "-", "-", "-"])
             continue
         req = "KVD.PREFIXLEN k1..k512 (1 command)" if r["op"] == "PREFIXLEN" else "512 pipelined EXISTS"
-        rows.append([r["client"], r["target"], req, f"{r['ops_s']:.0f}", f"{r['p50_ms']:.3f}", f"{r['p99_ms']:.3f}"])
+        rows.append(
+            [
+                r["client"],
+                r["target"],
+                req,
+                f"{r['ops_s']:.0f}",
+                f"{r['p50_ms']:.3f}",
+                f"{r['p99_ms']:.3f}",
+                _fmt(r.get("srv_cpu_us_op"), ".0f"),
+            ]
+        )
     res.append(("Prefix look-up of 512 keys, one round trip", header, rows))
 
     mem = out["memory"]
@@ -789,6 +858,82 @@ def tables(out: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
         )
     res.append(("Memory (VmRSS), fresh servers", header, rows))
 
+    variants = sorted({r["target"] for r in runs if r["target"].startswith("kvd+")})
+    variants += sorted({x["target"] for x in rb if x["target"].startswith("kvd+")} - set(variants))
+    if variants:
+        header = ["workload", "kvd", *variants]
+        rows = []
+        for r in runs:
+            if r["target"] != "kvd" or r["client"] != "raw" or "error" in r:
+                continue
+            key = {k: r[k] for k in ("client", "op", "size", "conc")}
+            row = [f"{r['op']} {human(r['size'])} c={r['conc']} (GB/s)", f"{r['gbps']:.3f}"]
+            for v in variants:
+                x = _find(runs, target=v, **key)
+                cell = f"{x['gbps']:.3f} ({x['gbps'] / r['gbps']:.2f}x)" if x and r["gbps"] else "-"
+                if x and x.get("srv_cpu_us_op") and r.get("srv_cpu_us_op"):
+                    cell += f", CPU/op {x['srv_cpu_us_op'] / r['srv_cpu_us_op']:.2f}x"
+                row.append(cell)
+            rows.append(row)
+        for x in rb:
+            if x["target"] != "kvd" or "rps" not in x:
+                continue
+            row = [f"redis-benchmark {x['test']} -P {x['pipeline']} (req/s)", f"{x['rps']:.0f}"]
+            for v in variants:
+                y = next(
+                    (z for z in rb if z["target"] == v and z["pipeline"] == x["pipeline"] and z["test"] == x["test"]),
+                    None,
+                )
+                cell = f"{y['rps']:.0f} ({y['rps'] / x['rps']:.2f}x)" if y and "rps" in y and x["rps"] else "-"
+                if y and y.get("srv_cpu_us_op") and x.get("srv_cpu_us_op"):
+                    cell += f", CPU/op {y['srv_cpu_us_op'] / x['srv_cpu_us_op']:.2f}x"
+                row.append(cell)
+            rows.append(row)
+        for x in out["prefix"]:
+            if x["target"] != "kvd" or "error" in x:
+                continue
+            row = [f"prefix {x['client']} {x['op']} (p50 ms)", f"{x['p50_ms']:.3f}"]
+            for v in variants:
+                y = _find(out["prefix"], target=v, client=x["client"], op=x["op"])
+                cell = f"{y['p50_ms']:.3f} ({x['p50_ms'] / y['p50_ms']:.2f}x faster)" if y else "-"
+                if y and y.get("srv_cpu_us_op") and x.get("srv_cpu_us_op"):
+                    cell += f", CPU/op {y['srv_cpu_us_op'] / x['srv_cpu_us_op']:.2f}x"
+                row.append(cell)
+            rows.append(row)
+        res.append(("Proposed kvd changes (monkeypatched variants) against kvd as it is, same run", header, rows))
+
+    prof = out.get("profile", [])
+    if prof:
+        header = ["loop", "workload", "throughput", "kvd CPU % (user+sys)", "CPU ms/op", "minor faults/op"]
+        header += ["top samples (py-spy --native, share of non-idle samples)"]
+        rows = []
+        for x in prof:
+            if x["op"].startswith("rb-"):
+                work = f"redis-benchmark -d 64 -P {x['op'][4:]}"
+                thr = " / ".join(f"{v / 1000:.0f}k" for v in x.get("rps", [])) + " req/s"
+            elif x["op"] == "PREFIXLEN":
+                work = "KVD.PREFIXLEN 512 keys"
+                thr = f"{x.get('ops_s', 0):.0f} /s"
+            else:
+                work = f"{x['op']} {human(x['size'])} c={x['conc']}"
+                thr = f"{x.get('gbps', 0):.2f} GB/s"
+            merged: collections.Counter[str] = collections.Counter()
+            for f, v in x.get("self_pct", []):
+                merged[_short(f)] += v
+            top = "; ".join(f"{f} {v:.0f}%" for f, v in merged.most_common(6))
+            rows.append(
+                [
+                    x["loop"],
+                    work,
+                    thr,
+                    f"{x['kvd_cpu_pct']:.0f} ({x['kvd_user_pct']:.0f}+{x['kvd_sys_pct']:.0f})",
+                    _fmt(x.get("cpu_ms_per_op"), ".3f"),
+                    _fmt(x.get("minor_faults_per_op"), ".1f"),
+                    top,
+                ]
+            )
+        res.append(("Where kvd's time goes (py-spy, one kvd per case)", header, rows))
+
     header = ["target", "value", "goal", "met"]
     rows = []
     for t in out.get("targets", []):
@@ -799,6 +944,18 @@ def tables(out: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
         rows.append([t["target"], _fmt(t["value"]), goal, met])
     res.append(("Targets", header, rows))
     return res
+
+
+_LIBC = {"0x17154a": "memset", "0x170d": "memmove", "0x170c": "memmove"}
+
+
+def _short(frame: str) -> str:
+    """'read (libc.so.6)' -> 'read'; 'Client._flush (kvd/connection.py:313)' -> 'Client._flush'."""
+    name = frame.split(" (", 1)[0]
+    if name.startswith("0x"):  # an unnamed libc address: glibc 2.36's AVX2 string functions on this machine
+        off = hex(int(name, 16) & 0x1FFFFF)
+        return next((v for k, v in _LIBC.items() if off.startswith(k)), "libc?")
+    return name
 
 
 def print_tables(out: dict[str, Any]) -> None:
@@ -865,6 +1022,7 @@ def meta(args: argparse.Namespace) -> dict[str, Any]:
         "redis_py": redis.__version__,
         "uvloop": uvloop.__version__,
         "kvd_commit": out_of(["git", "rev-parse", "--short", "HEAD"]),
+        "kvd_tree_dirty": bool(out_of(["git", "status", "--porcelain", "--", "kvd"])),
         "persistence": args.persistence,
         "duration_s": args.duration,
         "quick": args.quick,
@@ -874,6 +1032,12 @@ def meta(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def save(out: dict[str, Any], args: argparse.Namespace) -> None:
+    derive(out)
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json).write_text(json.dumps(out, indent=1, default=float) + "\n")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="short runs (about 3-4 minutes in all)")
@@ -881,12 +1045,24 @@ def main() -> int:
     ap.add_argument("--loops", default="uvloop,asyncio", help="kvd event loops to run (uvloop,asyncio)")
     ap.add_argument("--duration", type=float, help="seconds per measurement (default 0.4 quick, 1.0 full)")
     ap.add_argument("--reps", type=int, help="interleaved repetitions per measurement, best kept (1 quick, 2 full)")
+    ap.add_argument(
+        "--variants",
+        default="",
+        help="extra kvd servers with proposed patches, e.g. 'uninit,risky+gc' (see bench_lib.VARIANTS)",
+    )
+    ap.add_argument("--clients", default="raw,redispy,redispy-async", help="value-workload clients to run")
     ap.add_argument("--sizes", help="comma-separated value sizes in KiB (default 4,256,1024,4096,32768)")
     ap.add_argument("--skip", default="", help="comma-separated sections to skip: values,rb,prefix,memory")
     ap.add_argument("--profile", action="store_true", help="also record py-spy profiles of kvd")
     ap.add_argument("--json", default=str(ROOT / "docs/bench/results.json"), help="where to write the results")
     ap.add_argument("--md", help="also write the tables as markdown to this file")
+    ap.add_argument("--render", help="print the markdown tables of an existing results JSON and exit")
     args = ap.parse_args()
+    if args.render:
+        data = json.loads(Path(args.render).read_text())
+        derive(data)
+        print(markdown(data))
+        return 0
     args.duration = args.duration or (0.4 if args.quick else 1.0)
     args.reps = args.reps or (1 if args.quick else 2)
     args.sizes = [int(s) * KiB for s in args.sizes.split(",")] if args.sizes else SIZES
@@ -913,26 +1089,33 @@ def main() -> int:
             s = start_kvd("kvd" if loop == "uvloop" else f"kvd-{loop}", loop, args.persistence, workdir)
             servers.append(s)
             data.append(s)
+        for variant in filter(None, args.variants.split(",")):
+            s = start_kvd(f"kvd+{variant}", "uvloop", args.persistence, workdir, variant)
+            servers.append(s)
+            data.append(s)
         ceiling = start_ceiling(workdir, 80 * MiB)
         servers.append(ceiling)
-        if "values" not in skip:
-            print("== SET/GET/MGET", flush=True)
-            bench_values(data, ceiling, args, out)
-        if "rb" not in skip:
-            print("== redis-benchmark", flush=True)
-            bench_redis_benchmark(data, args, out)
-        if "prefix" not in skip:
-            print("== prefix look-up", flush=True)
-            bench_prefix(data, args, out)
-        for s in servers:
-            s.stop()
-        servers.clear()
-        if "memory" not in skip:
-            print("== memory", flush=True)
-            bench_memory(args, workdir, out)
-        if args.profile:
-            print("== py-spy profiles of kvd", flush=True)
-            bench_profile(args, workdir, out)
+        sections = [
+            ("values", "== SET/GET/MGET", lambda: bench_values(data, ceiling, args, out)),
+            ("rb", "== redis-benchmark", lambda: bench_redis_benchmark(data, args, out)),
+            ("prefix", "== prefix look-up", lambda: bench_prefix(data, args, out)),
+            ("stop", "", lambda: [srv.stop() for srv in servers]),
+            ("memory", "== memory", lambda: bench_memory(args, workdir, out)),
+            ("profile", "== py-spy profiles of kvd", lambda: bench_profile(args, workdir, out)),
+        ]
+        for name, title, run in sections:
+            if name in skip or (name == "profile" and not args.profile):
+                continue
+            if title:
+                print(title, flush=True)
+            try:
+                run()
+            except Exception as exc:  # keep what the other sections measured
+                import traceback
+
+                traceback.print_exc()
+                out.setdefault("errors", []).append(f"{name}: {type(exc).__name__}: {exc}")
+            save(out, args)  # a checkpoint after every section
     finally:
         for s in servers:
             try:
@@ -941,10 +1124,8 @@ def main() -> int:
                 print(f"could not stop {s.name}: {exc}")
         shutil.rmtree(workdir, ignore_errors=True)
     out["meta"]["total_s"] = round(time.monotonic() - started, 1)
-    derive(out)
+    save(out, args)
     print_tables(out)
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps(out, indent=1, default=float) + "\n")
     print(f"wrote {args.json} ({out['meta']['total_s']:.0f} s)")
     if args.md:
         Path(args.md).write_text(markdown(out))
