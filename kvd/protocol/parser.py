@@ -65,16 +65,22 @@ _FAST_MAX_ARGS = 1024
 # sees regions with no 5-digit (or negative) count or length, and its result is accepted only if re-encoding
 # the commands canonically gives exactly the bytes it was fed; otherwise the same bytes go through the paths
 # below, which give Redis's exact errors.
-# Anything that is not a plain small canonical header, or an element that hiredis would read as a simple or
-# verbatim string, sends the region to the general path. False alarms (a value that happens to contain such
-# bytes) only cost speed.
-_RISKY = re.compile(rb"[$*](?:[0-9]{5}|0[0-9]|[^0-9])|\r\n[+=]")
+# Every header inside a run of requests follows a CRLF, so one pattern anchored on the literal "\r\n" finds
+# everything hiredis must not see: a count or length of 5+ digits (hiredis allocates a list for a declared
+# count up front; a bulk that big is over the fast path's size anyway) and an element hiredis would read as a
+# simple or verbatim string (shorter than a bulk, so the length check below could not tell). Other shapes
+# (leading zeros, '+' signs, nested or RESP3 aggregates, nulls) are caught after parsing: by the type checks,
+# or because a non-canonical header is longer than the canonical one. A value that happens to contain such
+# bytes is a false alarm that only costs speed. The literal prefix lets sre skip from CRLF to CRLF: measured
+# 6x faster than scanning every '$'/'*' with an alternation.
+_RISKY = re.compile(rb"\r\n(?:[$*%~>|][0-9]{5}|[+=])")
+_RISKY_FIRST = re.compile(rb"\*[0-9]{5}")  # the first request's count has no CRLF before it
 _DIGITS = [1] * 10 + [2] * 90 + [3] * 900 + [4] * 9000
 
 
 def _hiredis_batch(buf: bytearray, pos: int, end: int) -> tuple[list[Args], int] | None:
     """Complete requests at the start of buf[pos:end] and the bytes they span, or None to use the slow path."""
-    if hiredis is None or _RISKY.search(buf, pos, end):
+    if hiredis is None or _RISKY_FIRST.match(buf, pos) or _RISKY.search(buf, pos, end):
         return None
     cut = buf.rfind(b"\r\n*", pos, end)
     stop = cut + 2 if cut > pos else end  # the last request may be partial: leave it to the general path

@@ -386,3 +386,30 @@ def test_resp_reply_types_inside_a_request_are_protocol_errors():
     ]
     for data, message in cases:
         assert protocol_error(data) == "ERR Protocol error: " + message, data
+
+
+@pytest.mark.parametrize("kind", [b"*", b"~", b">", b"%", b"|"])
+def test_huge_nested_aggregate_counts_allocate_nothing(kind):
+    """hiredis allocates an aggregate's list as soon as it reads the count, so the batch path must never hand it
+    a large declared count (inside a request, or as the first request of a read)."""
+    data = PAD + b"*1\r\n" + kind + b"2000000000\r\n" + PAD
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        message = protocol_error(data)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert message == f"ERR Protocol error: expected '$', got '{kind.decode()}'"
+    assert peak - base < 1 << 20, f"a declared count of 2e9 cost {peak - base} bytes"
+
+
+def test_huge_first_count_in_a_long_read_allocates_nothing():
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        assert drive(new_parser(), b"*2000000000\r\n" + b"$4\r\nPING\r\n" * 20) == []  # 20 of 2e9 arguments
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak - base < 1 << 20, f"a declared count of 2e9 cost {peak - base} bytes"
