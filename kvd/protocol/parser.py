@@ -19,6 +19,10 @@ to ``proto-max-bulk-len``; the bytes of one pending command up to ``client-query
 the limits are tighter (10 arguments, 16 KiB per bulk, 1 MiB per command), the defence Redis added for
 CVE-2021-32675. A violation raises ``ProtocolError`` (reply, then close) or ``DropConnection`` (close).
 
+Like Redis (``processMultibulkBuffer``), the two bytes after a bulk's payload are skipped without being read:
+``$4\r\nPINGxx`` is ``PING``. hiredis, which parses runs of small requests, does the same, so every path and
+every split of the input agrees.
+
 Complexity: O(bytes received) per request, with one ``find`` per header line; commands are yielded in order.
 """
 
@@ -82,8 +86,22 @@ def _hiredis_batch(buf: bytearray, pos: int, end: int) -> tuple[list[Args], int]
     """Complete requests at the start of buf[pos:end] and the bytes they span, or None to use the slow path."""
     if hiredis is None or _RISKY_FIRST.match(buf, pos) or _RISKY.search(buf, pos, end):
         return None
-    cut = buf.rfind(b"\r\n*", pos, end)
-    stop = cut + 2 if cut > pos else end  # the last request may be partial: leave it to the general path
+    # Usually a read ends on a request boundary: parse it all. Otherwise the last request is partial and goes to
+    # the general path (which keeps state across reads): parse up to the last request start instead.
+    batch = _hiredis_parse(buf, pos, end)
+    if batch is None:
+        cut = buf.rfind(b"\r\n*", pos, end)
+        if cut > pos:
+            batch = _hiredis_parse(buf, pos, cut + 2)
+    return batch
+
+
+def _hiredis_parse(buf: bytearray, pos: int, stop: int) -> tuple[list[Args], int] | None:
+    """The requests in buf[pos:stop] if they are complete, canonical multibulks of bulk strings, else None.
+
+    Canonical means the bytes are exactly what re-encoding the parsed commands gives, so the sizes must add up
+    to ``stop - pos``. A partial last request makes them fall short, and so does any header hiredis accepts
+    that Redis would refuse (a leading zero); the guard above excludes the shapes that would be shorter."""
     reader = hiredis.Reader()
     reader.feed(buf, pos, stop - pos)
     commands: list[Args] = []
@@ -203,9 +221,7 @@ class RequestParser:
                 if self._need_crlf:
                     if end - pos < 2:
                         break
-                    if buf[pos] != 13 or buf[pos + 1] != 10:
-                        raise ProtocolError("expected '\\r\\n' after bulk string")
-                    pos += 2
+                    pos += 2  # the bulk's terminator: skipped unread, as Redis does
                     self._need_crlf = False
                     if self._argc == 0:
                         self._finish(out)
@@ -230,7 +246,7 @@ class RequestParser:
                                     break
                                 start = m.end()
                                 stop = start + int(m.group(1))
-                                if stop + 2 > end or buf[stop] != 13 or buf[stop + 1] != 10:
+                                if stop + 2 > end:
                                     break
                                 args.append(bytes(buf[start:stop]))
                                 p = stop + 2
@@ -313,8 +329,6 @@ class RequestParser:
                             self._need_crlf = True
                             continue
                     break
-                if buf[pos + length] != 13 or buf[pos + length + 1] != 10:
-                    raise ProtocolError("expected '\\r\\n' after bulk string")
                 self._args.append(bytes(buf[pos : pos + length]))
                 pos += length + 2
                 self._bulk_len = -1

@@ -413,3 +413,13 @@ def test_huge_first_count_in_a_long_read_allocates_nothing():
     finally:
         tracemalloc.stop()
     assert peak - base < 1 << 20, f"a declared count of 2e9 cost {peak - base} bytes"
+
+
+@pytest.mark.parametrize("sizes", [None, [1], [7], [64]])
+def test_bytes_after_a_bulk_are_skipped_like_redis_on_every_path(sizes):
+    """Redis skips the two bytes after a bulk without looking at them; hiredis (the batch path) does too, so the
+    general path must agree whatever the split. Also true of a large bulk received in place."""
+    big = b"v" * (BIG_ARG + 5)
+    data = PAD + b"*2\r\n$4\r\nECHO\r\n$2\r\nhixx" + PAD + b"*2\r\n$3\r\nGET\r\n$%d\r\n%s!!" % (len(big), big) + PAD
+    expected = [[b"PING"]] * 6 + [[b"ECHO", b"hi"]] + [[b"PING"]] * 6 + [[b"GET", big]] + [[b"PING"]] * 6
+    assert drive(new_parser(), data, sizes) == expected
