@@ -54,6 +54,7 @@ class Client(asyncio.BufferedProtocol):
     def __init__(self, server: Server) -> None:
         self.server = server
         self.keyspace = server.keyspace
+        self.stats = server.stats
         self.id = server.next_client_id()
         self._out: list[Buffer] = []
         self.reply = ReplyWriter(self._out, 2)
@@ -162,11 +163,11 @@ class Client(asyncio.BufferedProtocol):
     def _run(self) -> None:
         queue = self._queue
         out = self._out
+        execute = self._execute
         while queue and not self._closed:
             if self._write_paused:
                 return  # resume_writing() picks the pipeline up again once the client reads
-            argv = queue.popleft()
-            result = self._execute(argv)
+            result = execute(queue.popleft())
             if self.close_after_reply:
                 queue.clear()  # Redis runs nothing after QUIT, even if it was pipelined
                 break
@@ -185,60 +186,71 @@ class Client(asyncio.BufferedProtocol):
         if cmd is None:
             name = bytes(name).lower()
             cmd = COMMANDS.get(name)
-        stats = self.server.stats
+            if cmd is None:
+                return self._unknown_command(name, argv)
+        stats = self.stats
         stats.commands_processed += 1
-        reply = self.reply
-        if cmd is None:
-            if name in _SECURITY_ATTACK:
-                log.warning("possible SECURITY ATTACK detected from %s: %r as a command; closing", self.addr, name)
-                self._queue.clear()
-                self.kill()
-                return None
-            stats.unknown_commands += 1
-            if self._multi is not None:
-                self._multi_error = True
-            reply.error(errors.unknown_command(bytes(argv[0]), argv[1:]))
-            return None
         self.last_command = cmd.name
         if not self.authenticated and NOAUTH not in cmd.flags:
-            reply.error(errors.NOAUTH)
+            self.reply.error(errors.NOAUTH)
             return None
         arity = cmd.arity
         if (arity > 0 and len(argv) != arity) or len(argv) < -arity:
             if self._multi is not None:
                 self._multi_error = True
-            reply.error(errors.wrong_arity(cmd.name))
+            self.reply.error(errors.wrong_arity(cmd.name))
             return None
         if self._multi is not None and cmd.name not in _RUN_IN_MULTI:
             self._multi.append(argv)
-            reply.raw(b"+QUEUED\r\n")
+            self.reply.raw(b"+QUEUED\r\n")
             return None
-        is_write = cmd.is_write and self.keyspace.log is not None
-        if is_write:
-            refused = self.keyspace.log.misconf()
-            if refused:
-                reply.error(refused)
+        calls = stats.calls
+        seg_log = self.keyspace.log
+        if not cmd.is_write or seg_log is None:
+            calls[cmd.name] = calls.get(cmd.name, 0) + 1
+            try:
+                return cmd.handler(self, argv)
+            except Exception as exc:
+                self._command_failed(cmd, exc)
                 return None
-            start = len(self._out)
+        refused = seg_log.misconf()
+        if refused:
+            self.reply.error(refused)
+            return None
+        calls[cmd.name] = calls.get(cmd.name, 0) + 1
+        start = len(self._out)
         try:
             result = cmd.handler(self, argv)
-        except CommandError as exc:
-            reply.error(exc.message)
+        except Exception as exc:
+            self._command_failed(cmd, exc)
             result = None
-        except OutOfMemory:
-            reply.error(errors.OOM)
-            result = None
-        except Exception as exc:  # a bug must cost one reply, not the connection or the server
-            log.exception("internal error in %s", cmd.name)
-            reply.error(f"ERR internal error in '{cmd.name}': {type(exc).__name__}")
-            result = None
-        if is_write:
-            self._log_dirty = True
-            if result is None:
-                self._write_spans.append((start, len(self._out)))
-        calls = stats.calls
-        calls[cmd.name] = calls.get(cmd.name, 0) + 1
+        self._log_dirty = True
+        if result is None:
+            self._write_spans.append((start, len(self._out)))
         return result
+
+    def _unknown_command(self, name: bytes, argv: list[Any]) -> None:
+        self.stats.commands_processed += 1
+        if name in _SECURITY_ATTACK:
+            log.warning("possible SECURITY ATTACK detected from %s: %r as a command; closing", self.addr, name)
+            self._queue.clear()
+            self.kill()
+            return None
+        self.stats.unknown_commands += 1
+        if self._multi is not None:
+            self._multi_error = True
+        self.reply.error(errors.unknown_command(bytes(argv[0]), argv[1:]))
+        return None
+
+    def _command_failed(self, cmd: Any, exc: Exception) -> None:
+        """A handler raised: a refusal becomes its error reply; a bug costs one reply, not the connection."""
+        if isinstance(exc, CommandError):
+            self.reply.error(exc.message)
+        elif isinstance(exc, OutOfMemory):
+            self.reply.error(errors.OOM)
+        else:
+            log.error("internal error in %s", cmd.name, exc_info=exc)
+            self.reply.error(f"ERR internal error in '{cmd.name}': {type(exc).__name__}")
 
     async def _resume_after(self, pending: Any) -> None:
         try:

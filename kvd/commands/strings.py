@@ -56,6 +56,12 @@ def _then(value: Any, use: Callable[[Any], None]) -> Any:
 
 def _reply_value(c: Client, value: Any) -> Any:
     """Reply with a value (or null) that may still be on disk."""
+    if value is None:
+        c.reply.null()
+        return None
+    if type(value) is bytes or type(value) is bytearray:  # resident: the common case, no closure built
+        c.reply.bulk(value)
+        return None
     return _then(value, lambda v: c.reply.null() if v is None else c.reply.bulk(v))
 
 

@@ -210,8 +210,10 @@ class Keyspace:
             self.ram.cold[key] = entry
             self.stats.ram_demotions += 1
             return
-        self.ram.admit(key, entry)
-        self._evict()
+        ram = self.ram
+        ram.admit(key, entry)
+        if ram.budget and ram.used > ram.budget:
+            self._evict()
 
     def delete(self, key: bytes) -> bool:
         entry = self.lookup(key)
@@ -346,7 +348,8 @@ class Keyspace:
         """Offer a dropped entry's value to the buffer pool (kept only if nothing else references it)."""
         value = entry.value
         entry.value = None
-        self.pool.give(value)
+        if type(value) is bytearray:  # received in place; small values are bytes and never pooled
+            self.pool.give(value)
 
     def _demote(self, key: bytes, entry: Entry) -> None:
         value = entry.value

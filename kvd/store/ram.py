@@ -57,21 +57,25 @@ class RamTier:
         self.used -= self.key_charge(key)
 
     def admit(self, key: bytes, entry: Any) -> None:
-        """``entry.value`` became resident (new write or promotion from disk)."""
-        self.cold.pop(key, None)
+        """``entry.value`` became resident: a new write (the key is in neither dict) or a promotion."""
+        if entry.loc is not None:  # only a key with a disk record can have been cold
+            self.cold.pop(key, None)
         self.hot[key] = entry
-        self.used += self.value_charge(entry.value)
-        self.resident_bytes += len(entry.value)
+        n = len(entry.value)
+        self.used += n + VALUE_OVERHEAD
+        self.resident_bytes += n
 
     def touch(self, key: bytes) -> None:
         self.hot.move_to_end(key)
 
     def release(self, key: bytes, entry: Any) -> None:
         """Forget a key (deleted, expired or overwritten); its charges must be dropped by the caller."""
-        if entry.value is not None:
+        value = entry.value
+        if value is not None:
             if self.hot.pop(key, None) is not None:
-                self.used -= self.value_charge(entry.value)
-                self.resident_bytes -= len(entry.value)
+                n = len(value)
+                self.used -= n + VALUE_OVERHEAD
+                self.resident_bytes -= n
         else:
             self.cold.pop(key, None)
 
