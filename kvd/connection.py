@@ -27,6 +27,7 @@ import asyncio
 import ipaddress
 import logging
 import socket
+import sys
 import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
@@ -76,6 +77,7 @@ class Client(asyncio.BufferedProtocol):
         self.last_command = "NULL"
         self.close_after_reply = False
         self.transport: asyncio.Transport | None = None
+        self._vectored = False  # transport.writelines() is one writev, not a join
         self._parsed: list[list[Any]] = []
         self._queue: deque[list[Any]] = deque()
         self._busy = False  # a command or the log barrier is being awaited
@@ -95,6 +97,7 @@ class Client(asyncio.BufferedProtocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  (uvloop's transports are not asyncio subclasses)
+        self._vectored = _writes_vectored(transport)
         peer = transport.get_extra_info("peername")
         local = transport.get_extra_info("sockname")
         self.addr = _format_addr(peer)
@@ -137,6 +140,8 @@ class Client(asyncio.BufferedProtocol):
         if parsed:
             self._queue.extend(parsed)
             parsed.clear()
+        elif not self._queue and self._protocol_error is None:
+            return  # nothing complete yet (a large value still arriving): no batch to end
         if not self._busy:
             self._run()
 
@@ -316,20 +321,35 @@ class Client(asyncio.BufferedProtocol):
             out.clear()
             return
         transport = self.transport
-        small: list[Buffer] = []
-        sent = 0
-        for part in out:
-            if type(part) is memoryview:  # a large stored value: hand the object itself to the transport
-                if small:
-                    transport.write(b"".join(small))
-                    small.clear()
-                transport.write(part)
+        if len(out) == 1:  # one small reply: the common case of unpipelined requests
+            part = out[0]
+            transport.write(part)
+            sent = len(part)
+        else:
+            # Small replies are joined into one bytes; a large stored value goes to the transport as the
+            # object's own memoryview. With scatter/gather writes (uvloop, asyncio on 3.12+) all of it leaves in
+            # one writelines() = one writev; otherwise each large view is its own write, never joined.
+            parts: list[Buffer] = []
+            small: list[Buffer] = []
+            sent = 0
+            for part in out:
                 sent += len(part)
+                if type(part) is memoryview:
+                    if small:
+                        parts.append(small[0] if len(small) == 1 else b"".join(small))
+                        small.clear()
+                    parts.append(part)
+                else:
+                    small.append(part)
+            if small:
+                parts.append(small[0] if len(small) == 1 else b"".join(small))
+            if len(parts) == 1:
+                transport.write(parts[0])
+            elif self._vectored:
+                transport.writelines(parts)
             else:
-                small.append(part)
-                sent += len(part)
-        if small:
-            transport.write(small[0] if len(small) == 1 else b"".join(small))
+                for part in parts:
+                    transport.write(part)
         out.clear()
         self.server.stats.net_output_bytes += sent
         hard = self.server.settings.client_output_buffer_hard_limit
@@ -461,6 +481,16 @@ class Client(asyncio.BufferedProtocol):
 
     def _update_reading(self) -> None:
         self._set_reading(not (self._busy or self._write_paused or self._protocol_error is not None))
+
+
+def _writes_vectored(transport: Any) -> bool:
+    """Whether ``writelines`` sends its buffers with one scatter/gather call instead of joining them (a copy of
+    every large value). uvloop's transports do; asyncio's selector transport does from Python 3.12; TLS never."""
+    if transport.get_extra_info("sslcontext") is not None:
+        return False
+    if type(transport).__module__.startswith("uvloop"):
+        return True
+    return sys.version_info >= (3, 12) and type(transport).__name__ == "_SelectorSocketTransport"
 
 
 def _format_addr(addr: Any) -> str:

@@ -45,6 +45,7 @@ BIG_ARG = 32 * 1024
 BIG_UPFRONT = 32 * 1024 * 1024
 INLINE_MAX = 64 * 1024
 RECV_BUFFER = 256 * 1024
+RECV_WINDOW = 16 * 1024
 INT_MAX = 2**31 - 1
 UNAUTH_MAX_ARGS = 10
 UNAUTH_MAX_BULK = 16 * 1024
@@ -139,8 +140,10 @@ class RequestParser:
         "_bulk_len",
         "_end",
         "_need_crlf",
+        "_offered",
         "_pending_bytes",
         "_start",
+        "_window",
         "authenticated",
         "max_bulk",
         "pool",
@@ -165,6 +168,8 @@ class RequestParser:
         self._big_len = 0  # declared length of the large bulk (its buffer may still be growing towards it)
         self._need_crlf = False  # a large bulk is complete; its trailing CRLF is next in _buf
         self._pending_bytes = 0  # bytes of the arguments of the command in progress
+        self._window = RECV_WINDOW  # how much of the receive buffer the next read may fill
+        self._offered = 0  # the size of the last buffer handed out (a full read means more is waiting)
 
     # -- the BufferedProtocol side -------------------------------------------------------------------------
 
@@ -189,7 +194,10 @@ class RequestParser:
                 grown[: end - start] = self._buf[start:end]
                 self._buf = grown
             self._start, self._end = 0, end - start
-        return memoryview(self._buf)[self._end :]
+        end = self._end
+        view = memoryview(self._buf)[end : end + self._window]
+        self._offered = len(view)
+        return view
 
     def feed(self, nbytes: int, out: list[Args]) -> None:
         """Account for ``nbytes`` received into the last buffer and append complete commands to ``out``.
@@ -208,6 +216,8 @@ class RequestParser:
             self._need_crlf = True
         else:
             self._end += nbytes
+            if nbytes == self._offered and self._window < RECV_BUFFER:
+                self._window *= 2  # the sender is ahead of us: bigger reads amortise the per-read work
         self._parse(out)
 
     # -- parsing ----------------------------------------------------------------------------------------------
@@ -316,8 +326,9 @@ class RequestParser:
                             min(length, max(BIG_UPFRONT, avail))
                         )
                         self._big_len = length
+                        self._window = RECV_WINDOW  # the next value's header should bring little of it along
                         take = min(avail, length)
-                        big[:take] = buf[pos : pos + take]
+                        big[:take] = memoryview(buf)[pos : pos + take]  # one copy, not slice + copy
                         pos += take
                         self._big = big
                         self._big_filled = take
