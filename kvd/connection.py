@@ -280,16 +280,20 @@ class Client(asyncio.BufferedProtocol):
             if barrier is not None:
                 self._busy = True
                 self._set_reading(False)
-                self._task = asyncio.ensure_future(self._release_after(barrier))
+                self._task = barrier
+                barrier.add_done_callback(self._release)  # a callback, not a Task: one per batch adds up
                 return
         self._write_spans.clear()
         self._finish_batch()
 
-    async def _release_after(self, barrier: asyncio.Future[None]) -> None:
-        """Hold this batch's replies until the log has the writes; on failure they become MISCONF errors."""
-        try:
-            await barrier
-        except Exception as exc:
+    def _release(self, barrier: asyncio.Future[None]) -> None:
+        """The log has this batch's writes: send the held replies; on failure they become MISCONF errors."""
+        self._task = None
+        if barrier.cancelled():  # only at shutdown, before the writes were confirmed: do not claim success
+            exc: BaseException | None = CommandError("MISCONF the server is shutting down")
+        else:
+            exc = barrier.exception()
+        if exc is not None:
             message = getattr(exc, "message", None) or str(exc)
             out = self._out
             for start, end in reversed(self._write_spans):
