@@ -423,3 +423,14 @@ def test_bytes_after_a_bulk_are_skipped_like_redis_on_every_path(sizes):
     data = PAD + b"*2\r\n$4\r\nECHO\r\n$2\r\nhixx" + PAD + b"*2\r\n$3\r\nGET\r\n$%d\r\n%s!!" % (len(big), big) + PAD
     expected = [[b"PING"]] * 6 + [[b"ECHO", b"hi"]] + [[b"PING"]] * 6 + [[b"GET", big]] + [[b"PING"]] * 6
     assert drive(new_parser(), data, sizes) == expected
+
+
+@pytest.mark.parametrize(
+    "element",
+    [b":5\r\n", b"-ERR x\r\n", b"_\r\n", b"#t\r\n", b",1.5\r\n", b"(123\r\n", b"+OK\r\n", b"=7\r\ntxt:abc\r\n"]
+    + [kind + b"1\r\n$1\r\na\r\n" for kind in (b"*", b"%", b"~", b">", b"|")],
+)
+def test_every_resp3_type_inside_a_request_is_refused_on_the_batch_path(element):
+    """hiredis parses all of these (some as bytes); Redis answers 'expected $' for each, and so must kvd."""
+    data = PAD + b"*2\r\n$4\r\nECHO\r\n" + element + PAD
+    assert protocol_error(data) == f"ERR Protocol error: expected '$', got '{chr(element[0])}'"
