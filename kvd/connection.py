@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("kvd.client")
 
 _SECURITY_ATTACK = (b"post", b"host:")
+_monotonic = time.monotonic
 _RUN_IN_MULTI = frozenset({"exec", "discard", "multi", "watch", "quit", "reset"})  # not queued after MULTI
 
 
@@ -124,8 +125,8 @@ class Client(asyncio.BufferedProtocol):
         return self.parser.get_buffer()
 
     def buffer_updated(self, nbytes: int) -> None:
-        self.last_active = time.monotonic()
-        self.server.stats.net_input_bytes += nbytes
+        self.last_active = _monotonic()
+        self.stats.net_input_bytes += nbytes
         parsed = self._parsed
         try:
             self.parser.feed(nbytes, parsed)
@@ -308,6 +309,8 @@ class Client(asyncio.BufferedProtocol):
 
     def _finish_batch(self) -> None:
         self._flush()
+        if self._reading and not (self._protocol_error or self.close_after_reply or self._eof or self._write_paused):
+            return  # the common case: replies handed over, keep reading
         if self._protocol_error is not None:
             error, self._protocol_error = self._protocol_error, None
             log.info("protocol error from client %s (id=%d): %s", self.addr, self.id, error.message)
@@ -355,7 +358,7 @@ class Client(asyncio.BufferedProtocol):
                 for part in parts:
                     transport.write(part)
         out.clear()
-        self.server.stats.net_output_bytes += sent
+        self.stats.net_output_bytes += sent
         hard = self.server.settings.client_output_buffer_hard_limit
         if hard and transport.get_write_buffer_size() > hard:
             log.warning(
