@@ -82,16 +82,22 @@ _RISKY_FIRST = re.compile(rb"\*[0-9]{5}")  # the first request's count has no CR
 
 def _hiredis_batch(buf: bytearray, pos: int, end: int) -> tuple[list[Args], int] | None:
     """Complete requests at the start of buf[pos:end] and the bytes they span, or None to use the slow path."""
-    if hiredis is None or _RISKY_FIRST.match(buf, pos) or _RISKY.search(buf, pos, end):
+    if hiredis is None or _RISKY_FIRST.match(buf, pos):
         return None
-    # Usually a read ends on a request boundary: parse it all. Otherwise the last request is partial and goes to
-    # the general path (which keeps state across reads): parse up to the last request start instead.
-    batch = _hiredis_parse(buf, pos, end)
-    if batch is None:
-        cut = buf.rfind(b"\r\n*", pos, end)
-        if cut > pos:
-            batch = _hiredis_parse(buf, pos, cut + 2)
-    return batch
+    risky = _RISKY.search(buf, pos, end)
+    if risky is None:
+        # Usually a read ends on a request boundary: parse it all.
+        batch = _hiredis_parse(buf, pos, end)
+        if batch is not None:
+            return batch
+        limit = end
+    else:
+        limit = risky.start()  # hiredis may only see the requests that end before the first risky header
+    # The last request is partial, or risky: parse up to the last request start before it. What is left goes
+    # to the general path, one request at a time, and the next call batches the rest (so a false alarm deep in
+    # a long pipeline costs one request, not a rescan per request).
+    cut = buf.rfind(b"\r\n*", pos, limit)
+    return _hiredis_parse(buf, pos, cut + 2) if cut > pos else None
 
 
 def _hiredis_parse(buf: bytearray, pos: int, stop: int) -> tuple[list[Args], int] | None:
@@ -234,12 +240,15 @@ class RequestParser:
                 if self._argc < 0:
                     if pos >= end:
                         break
-                    if buf[pos] == 42 and self.authenticated:
-                        batch = _hiredis_batch(buf, pos, end) if end - pos > 64 else None
+                    if buf[pos] == 42 and self.authenticated and end - pos > 64:
+                        batch = _hiredis_batch(buf, pos, end)
                         if batch is not None:
                             out.extend(batch[0])
                             pos += batch[1]
                             continue
+                        # else: partial, large or unusual requests: the general path below, which also sends
+                        # a large bulk straight to its own buffer (the pattern path would just give up on it)
+                    elif buf[pos] == 42 and self.authenticated:
                         m = _FAST_MULTIBULK.match(buf, pos, end)
                         if m is not None and (count := int(m.group(1))) <= _FAST_MAX_ARGS:
                             args: Args = []

@@ -434,3 +434,13 @@ def test_every_resp3_type_inside_a_request_is_refused_on_the_batch_path(element)
     """hiredis parses all of these (some as bytes); Redis answers 'expected $' for each, and so must kvd."""
     data = PAD + b"*2\r\n$4\r\nECHO\r\n" + element + PAD
     assert protocol_error(data) == f"ERR Protocol error: expected '$', got '{chr(element[0])}'"
+
+
+def test_a_false_alarm_in_a_long_pipeline_costs_only_its_own_request():
+    """A value that looks like a risky header ('\\r\\n+...') sends that request to the general path; the requests
+    before and after it are still parsed, in order, whatever the split."""
+    values = [b"v%d" % i for i in range(200)]
+    values[150] = b"a\r\n+b\r\n$99999\r\n"
+    data = b"".join(multibulk([b"SET", b"k%d" % i, v]) for i, v in enumerate(values))
+    for sizes in (None, [4096], [777]):
+        assert drive(new_parser(), data, sizes) == [[b"SET", b"k%d" % i, v] for i, v in enumerate(values)]
