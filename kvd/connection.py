@@ -145,6 +145,11 @@ class Client(asyncio.BufferedProtocol):
             return  # nothing complete yet (a large value still arriving): no batch to end
         if not self._busy:
             self._run()
+        elif self._reading:
+            # More requests while a command or the log is awaited: keep them queued and stop reading until the
+            # batch completes. Pausing only now (not when the wait starts) spares a client that waits for its
+            # reply two epoll_ctl calls per request; the cost is at most one read of queued requests.
+            self._set_reading(False)
 
     def eof_received(self) -> bool:
         # Keep the transport open for replies to commands already received; close when they are sent.
@@ -178,8 +183,7 @@ class Client(asyncio.BufferedProtocol):
                 queue.clear()  # Redis runs nothing after QUIT, even if it was pipelined
                 break
             if result is not None:
-                self._busy = True
-                self._set_reading(False)
+                self._busy = True  # reading pauses if the client sends more before this completes
                 self._task = asyncio.ensure_future(self._resume_after(result))
                 return
             if len(out) > 2 and type(out[-2]) is memoryview and not self._log_dirty:
@@ -279,8 +283,7 @@ class Client(asyncio.BufferedProtocol):
             self._log_dirty = False
             barrier = self.keyspace.log.barrier() if self.keyspace.log is not None else None
             if barrier is not None:
-                self._busy = True
-                self._set_reading(False)
+                self._busy = True  # reading pauses if the client sends more before the log confirms
                 self._task = barrier
                 barrier.add_done_callback(self._release)  # a callback, not a Task: one per batch adds up
                 return

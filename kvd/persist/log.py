@@ -102,6 +102,7 @@ class SegmentLog(SegmentLogHooks):
         self._done_ticket = 0  # last ticket written (+ fsynced with always)
         self._failed_upto = 0  # tickets in (done, failed_upto] failed
         self._batch: list[tuple[Any, ...]] = []
+        self._batch_bytes = 0  # record bytes in _batch (decides whether the loop may write it inline)
         self._submit_scheduled = False
         self._inflight: deque[_Inflight] = deque()
         self._inflight_dead: set[Location] = set()
@@ -195,6 +196,7 @@ class SegmentLog(SegmentLogHooks):
             self._tail,
             always=self.appendfsync == "always",
             post=loop.call_soon_threadsafe,
+            post_local=loop.call_soon,
             maint=self._maint,
             log=self,
             logger=self.logger,
@@ -296,6 +298,7 @@ class SegmentLog(SegmentLogHooks):
             lsn = self._next_lsn
             self._next_lsn += 1
         self._batch.append((OP_REC, self._ticket, seg.id, offset, rtype, key, value, expire, lsn))
+        self._batch_bytes += rec_len
         loc = None
         if rtype == SET:
             loc = Location(seg.id, offset, rec_len, vlen)
@@ -318,7 +321,9 @@ class SegmentLog(SegmentLogHooks):
         self._submit_scheduled = False
         if self._batch and self._writer is not None:
             batch, self._batch = self._batch, []
-            self._writer.submit(batch)
+            nbytes, self._batch_bytes = self._batch_bytes, 0
+            if not self._writer.write_inline(batch, nbytes):
+                self._writer.submit(batch)
 
     def _roll(self) -> None:
         assert self._active is not None
@@ -394,6 +399,7 @@ class SegmentLog(SegmentLogHooks):
         inflight.clear()
         self._failed_upto = self._ticket
         self._batch = [op for op in self._batch if op[0] == OP_SYNC]  # unsent records can't be written either
+        self._batch_bytes = 0
         for _, sid, _, rec_len, key, loc, carried_from in failed:
             self._pending_bytes -= rec_len
             self.lost_records += 1

@@ -7,7 +7,13 @@ batch to this thread with a single lock/notify. The thread hashes each payload (
 (a 32 MiB value is never copied or joined), in chunks of IOV_MAX iovecs and resuming after partial writes.
 Records with values up to ``SMALL_RECORD`` are instead packed back to back into one staging buffer (one hash
 call and one iovec for a run of them): per-record Python work and per-iovec kernel work, not bytes, are what
-small writes cost, and this thread shares the GIL with the event loop. If
+small writes cost, and this thread shares the GIL with the event loop.
+
+Small batches skip the thread: with ``everysec``/``no``, a batch of records only, up to ``INLINE_BYTES``, that
+finds this thread idle is written by the event loop itself (``write_inline``), as Redis writes its AOF buffer
+before replying. A page-cache write of a few KiB costs less than the thread wake-up and the loop wake-up it
+replaces; larger batches, segment rolls and every ``always`` batch (an fsync) still go through the thread, so
+the loop never waits for the disk itself. If
 the thread falls behind, every batch queued meanwhile is merged into the next write: the group commit widens
 under load instead of queueing syscalls. Then it reports the last written ticket back to the loop, which
 resolves the ``barrier()`` futures.
@@ -62,6 +68,7 @@ IOV_MAX = min(os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024, 1024
 FLUSH_CHUNK = 64 << 20  # write out a batch every 64 MiB so memory pinned by pending iovecs stays bounded
 
 SMALL_RECORD = 16 << 10  # values up to this size are copied into one staging buffer per write
+INLINE_BYTES = 1 << 20  # batches up to this size may be written by the event loop itself (write_inline)
 
 OP_REC, OP_ROLL, OP_SYNC, OP_PROBE, OP_STOP, OP_FAIL = range(6)
 PROBE_PAD = 4096  # the probe writes a real block, so "disk full" is noticed
@@ -81,6 +88,7 @@ class Writer(threading.Thread):
         *,
         always: bool,
         post: Callable[..., Any],
+        post_local: Callable[..., Any] | None = None,
         maint: Executor,
         log: SegmentLogHooks,
         logger: logging.Logger,
@@ -91,11 +99,13 @@ class Writer(threading.Thread):
         self.synced_end = end
         self.always = always
         self.post = post  # loop.call_soon_threadsafe
+        self.post_local = post_local or post  # loop.call_soon, for batches written on the loop itself
         self.maint = maint
         self.hooks = log
         self.logger = logger
         self.cond = threading.Condition()
         self.queue: list[tuple[Any, ...]] = []
+        self.busy = False  # a batch is being written (by this thread, or inline by the loop)
         self.failed = False
         self.fault: OSError | None = None
         self.stopped = False
@@ -114,20 +124,53 @@ class Writer(threading.Thread):
             self.queue.extend(ops)
             self.cond.notify()
 
+    def write_inline(self, ops: list[tuple[Any, ...]], nbytes: int) -> bool:
+        """Write a small batch of records on the calling thread (the event loop) if this thread is idle.
+
+        What Redis does for every write (the AOF buffer is written before replies go out), and kvd only where it
+        is cheap: ``everysec``/``no`` (no fsync on the loop), at most ``INLINE_BYTES``, records only (no segment
+        roll, which creates a file and fsyncs a directory). It saves a thread wake-up and a loop wake-up per
+        batch: for a client waiting on its reply, most of the cost of a small persisted write. Returns False
+        (nothing done) when the batch must go through the thread."""
+        if self.always or self.failed or nbytes > INLINE_BYTES:
+            return False
+        for op in ops:
+            if op[0] != OP_REC:
+                return False
+        with self.cond:
+            if self.queue or self.busy:
+                return False
+            self.busy = True
+        try:
+            self._process(ops, self.post_local)
+        except Exception:
+            self.logger.exception("segment writer crashed")
+            self._fail(OSError(errno.EIO, "internal writer error"), self.end)
+        finally:
+            with self.cond:
+                self.busy = False
+                if self.queue:
+                    self.cond.notify()
+        return True
+
     # -- the thread --------------------------------------------------------------------------------------------
 
     def run(self) -> None:
         while True:
             with self.cond:
-                while not self.queue:
+                while not self.queue or self.busy:  # busy: the loop is writing a batch inline
                     self.cond.wait()
                 batch, self.queue = self.queue, []
+                self.busy = True
             try:
                 if self._process(batch):
                     return
             except Exception:  # a bug here must not silently stop persistence
                 self.logger.exception("segment writer crashed")
                 self._fail(OSError(errno.EIO, "internal writer error"), self.end)
+            finally:
+                with self.cond:
+                    self.busy = False
 
     def _pwritev(self, fd: int, bufs: list[memoryview], offset: int) -> int:
         if self.fault is not None:
@@ -158,7 +201,7 @@ class Writer(threading.Thread):
                     bufs[i] = first[n:]
                     n = 0
 
-    def _process(self, batch: list[tuple[Any, ...]]) -> bool:
+    def _process(self, batch: list[tuple[Any, ...]], post: Callable[..., Any] | None = None) -> bool:
         iov: list[memoryview] = []
         staged: bytearray | None = None  # small records packed back to back, not yet in iov
         pending = 0
@@ -243,7 +286,7 @@ class Writer(threading.Thread):
             written_ticket = -1
         if written_ticket >= 0:
             self.write_batches += 1
-            self.post(self.hooks.on_written, written_ticket, self.cur.id, self.end)
+            (post or self.post)(self.hooks.on_written, written_ticket, self.cur.id, self.end)
         if stop_cb is not None:
             self._finish(stop_cb)
             return True
