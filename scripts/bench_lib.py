@@ -487,44 +487,18 @@ def async_worker(spec: dict[str, Any], widx: int, barrier: Any, q: Any) -> None:
 # -- kvd variants: proposed hot-path changes, applied as monkeypatches so they can be measured before adoption --
 
 VARIANTS = {
+    # Candidates measured and not adopted (docs/benchmarks.md, "Where the time goes"). Adopted ones (the CRLF-anchored
+    # batch guard, 16 KiB receive window, one-copy moves, early return while a large value arrives, writelines
+    # of replies) are part of kvd now and were removed from this list.
     "uninit": "values >= 32 KiB are received into an uninitialised bytearray (PyByteArray_FromStringAndSize(NULL, n))"
     " instead of bytearray(n), which zero-fills",
-    "risky": "the hiredis batch pre-check as three literal-prefixed regexes instead of one alternation that sre scans"
-    " byte by byte",
     "gc": "gc.freeze() after imports and gc.set_threshold(50_000, 20, 100)",
-    "mvcopy": "the part of a large value that arrived in the receive buffer is copied into the value's buffer through"
-    " a memoryview (one copy) instead of a bytearray slice (two copies)",
-    "window": "between commands get_buffer() offers at most 64 KiB of the receive buffer, so at most 64 KiB of a"
-    " large value lands there (and is copied) instead of up to 256 KiB",
-    "bigfast": "buffer_updated() returns right after accounting the bytes while a large value is still arriving"
-    " (the parser's own early exit), instead of running the empty pipeline/flush/flow-control chain per read",
-    "writelines": "on uvloop, a reply with a large value goes out with one transport.writelines([header, view, CRLF])"
-    " (one writev) instead of three transport.write() calls (three syscalls, two tiny TCP segments)",
 }
 
 
-def _patch_source(func: Any, old: str, new: str, namespace: dict[str, Any]) -> Any:
-    """Recompile ``func`` with one line replaced (bench-only experiments; refuses if the line moved)."""
-    import inspect
-    import textwrap
-
-    src = textwrap.dedent(inspect.getsource(func))
-    if old not in src:
-        raise SystemExit(f"variant out of date: {old!r} not in {func.__qualname__}")
-    code = compile(src.replace(old, new), inspect.getsourcefile(func) or "?", "exec")
-    scope: dict[str, Any] = {}
-    exec(code, namespace, scope)
-    return scope[func.__name__]
-
-
-def _is_uvloop(transport: Any) -> bool:
-    return type(transport).__module__.startswith("uvloop")
-
-
 def run_kvd_variant(names: list[str], argv: list[str]) -> None:
-    """``python scripts/bench_lib.py kvd-variant uninit,risky -- --port ...``: kvd with the named patches."""
+    """``python scripts/bench_lib.py kvd-variant uninit,gc -- --port ...``: kvd with the named patches."""
     import gc
-    import re
 
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     import kvd.protocol.parser as parser
@@ -544,86 +518,6 @@ def run_kvd_variant(names: list[str], argv: list[str]) -> None:
             return builtin(*args)
 
         parser.bytearray = alloc  # type: ignore[attr-defined]  (module global shadows the builtin)
-    if "risky" in names:
-        dollar = re.compile(rb"\$(?:[0-9]{5}|0[0-9]|[^0-9])")
-        star = re.compile(rb"\*(?:[0-9]{5}|0[0-9]|[^0-9])")
-        simple = re.compile(rb"\r\n[+=]")
-
-        class Risky:
-            @staticmethod
-            def search(buf: Any, pos: int, end: int) -> Any:
-                return dollar.search(buf, pos, end) or star.search(buf, pos, end) or simple.search(buf, pos, end)
-
-        parser._RISKY = Risky()  # type: ignore[assignment]
-    if "mvcopy" in names:
-        rp = parser.RequestParser
-        rp._parse = _patch_source(  # type: ignore[method-assign]
-            rp._parse,
-            "big[:take] = buf[pos : pos + take]",
-            "big[:take] = memoryview(buf)[pos : pos + take]",
-            vars(parser),
-        )
-    if "window" in names:
-        rp = parser.RequestParser
-        rp.get_buffer = _patch_source(  # type: ignore[method-assign]
-            rp.get_buffer,
-            "return memoryview(self._buf)[self._end :]",
-            "return memoryview(self._buf)[self._end : self._end + 65536 if self._argc < 0 else None]",
-            vars(parser),
-        )
-    if "writelines" in names:
-        import kvd.connection as connection
-
-        client = connection.Client
-        original = client._flush
-
-        def _flush(self: Any) -> None:
-            out = self._out
-            transport = self.transport
-            if len(out) < 3 or self._closed or transport is None or not _is_uvloop(transport):
-                return original(self)
-            parts: list[Any] = []
-            small: list[Any] = []
-            sent = 0
-            for part in out:
-                sent += len(part)
-                if type(part) is memoryview:
-                    if small:
-                        parts.append(small[0] if len(small) == 1 else b"".join(small))
-                        small = []
-                    parts.append(part)
-                else:
-                    small.append(part)
-            if small:
-                parts.append(small[0] if len(small) == 1 else b"".join(small))
-            transport.writelines(parts) if len(parts) > 1 else transport.write(parts[0])
-            out.clear()
-            self._out = out
-            self.server.stats.net_output_bytes += sent
-            hard = self.server.settings.client_output_buffer_hard_limit
-            if hard and transport.get_write_buffer_size() > hard:
-                self.server.stats.output_limit_disconnections += 1
-                self.kill()
-
-        client._flush = _flush  # type: ignore[method-assign]
-    if "bigfast" in names:
-        import kvd.connection as connection
-
-        client_cls = connection.Client
-        slow = client_cls.buffer_updated
-        monotonic = time.monotonic
-
-        def buffer_updated(self: Any, nbytes: int) -> None:
-            p = self.parser
-            big = p._big
-            if big is not None and p._big_filled + nbytes < p._big_len:
-                p._big_filled += nbytes
-                self.last_active = monotonic()
-                self.server.stats.net_input_bytes += nbytes
-                return
-            slow(self, nbytes)
-
-        client_cls.buffer_updated = buffer_updated  # type: ignore[method-assign]
     if "gc" in names:
         gc.freeze()
         gc.set_threshold(50_000, 20, 100)

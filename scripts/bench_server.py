@@ -1048,7 +1048,7 @@ def main() -> int:
     ap.add_argument(
         "--variants",
         default="",
-        help="extra kvd servers with proposed patches, e.g. 'uninit,risky+gc' (see bench_lib.VARIANTS)",
+        help="extra kvd servers with proposed patches, e.g. 'uninit,uninit+gc' (see bench_lib.VARIANTS)",
     )
     ap.add_argument("--clients", default="raw,redispy,redispy-async", help="value-workload clients to run")
     ap.add_argument("--sizes", help="comma-separated value sizes in KiB (default 4,256,1024,4096,32768)")
