@@ -13,12 +13,15 @@ The life of a request, in this file:
    iteration share one ``writev``: group commit. If the write failed, the write replies of that batch become
    ``-MISCONF`` errors.
 4. ``_flush``: small replies are joined into one ``bytes``; large values go to the transport as the stored
-   object's ``memoryview``, never joined into a new buffer.
+   object's ``memoryview``, never joined into a new buffer, all in one ``writelines`` (one ``writev``) where
+   the transport gathers instead of joining.
 
-Flow control (what uvicorn's protocols do): reading pauses while a command awaits the disk, while held replies
-wait for the log, and while the transport's write buffer is above ``client-output-buffer-soft-limit``
-(``pause_writing``). A client whose pending output passes the hard limit is disconnected. So a client that
-sends but never reads can grow kvd's memory by at most one batch of replies beyond the soft limit.
+Flow control (what uvicorn's protocols do): reading pauses when requests arrive while a command awaits the
+disk or held replies wait for the log (not before: a client waiting for its reply should not cost two
+``epoll_ctl`` calls per request), and while the transport's write buffer is above
+``client-output-buffer-soft-limit`` (``pause_writing``). A client whose pending output passes the hard limit
+is disconnected. So a client that sends but never reads can grow kvd's memory by at most one batch of replies
+beyond the soft limit.
 """
 
 from __future__ import annotations
