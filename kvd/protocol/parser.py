@@ -157,8 +157,10 @@ class RequestParser:
 
     # -- the BufferedProtocol side -------------------------------------------------------------------------
 
-    def get_buffer(self) -> memoryview:
-        """Memory for the next ``recv_into``: the tail of a large bulk, or free space in the receive buffer."""
+    def get_buffer(self, sizehint: int = -1) -> memoryview:
+        """Memory for the next ``recv_into``: the tail of a large bulk, or free space in the receive buffer.
+
+        ``sizehint`` (asyncio's BufferedProtocol argument) is ignored: the parser knows better what comes next."""
         big = self._big
         if big is not None:
             if self._big_filled == len(big):  # a declared length above BIG_UPFRONT: grow by doubling
