@@ -75,7 +75,11 @@ def _reply_value(c: Client, value: Any) -> Any:
     usage="key",
 )
 def get(c: Client, argv: list[Any]) -> Any:
-    return _reply_value(c, c.keyspace.get(bytes(argv[1])))
+    value = c.keyspace.get(bytes(argv[1]))
+    if type(value) is bytes or type(value) is bytearray:
+        c.reply.bulk(value)
+        return None
+    return _reply_value(c, value)
 
 
 @command(
