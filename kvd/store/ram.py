@@ -12,10 +12,11 @@ next to one value while the hit rate is the best an LRU can get.
 
 Accounting. ``used`` counts, for every key, its length plus ``KEY_OVERHEAD`` (the Python objects that carry it:
 the Entry, dict slots, the SCAN index slot, a disk location), and for every resident value its length plus
-``VALUE_OVERHEAD``. Their sum, 384 bytes, matches what a million small keys really cost the process:
-``scripts/bench_server.py`` measured 410 bytes of RSS per key for 12-byte keys with 16-byte values
-(docs/benchmarks.md), i.e. 382 bytes beyond the payload. So ``maxmemory`` bounds what the process holds, not a
-guess.
+``VALUE_OVERHEAD``. Their sum, 384 bytes, is close to what a million small keys really cost the process:
+``scripts/bench_server.py`` measured 408-464 bytes of RSS per key for 12-byte keys with 16-byte values
+(docs/benchmarks.md; the spread is heap fragmentation left by the load, which moves with the heap layout),
+i.e. 380-436 bytes beyond the payload. So ``maxmemory`` bounds what the process holds within about 15 % for
+tiny values, and exactly for the large values a KV cache stores.
 
 Complexity: admit/touch/remove O(1); eviction O(1) per victim.
 """
