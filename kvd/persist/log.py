@@ -660,6 +660,7 @@ class SegmentLog(SegmentLogHooks):
             "appended_bytes": self.appended_bytes,
             "write_batches": w.write_batches if w else 0,
             "writev_calls": w.writev_calls if w else 0,
+            "slow_inline_writes": w.slow_inline_writes if w else 0,
             "bytes_written": w.bytes_written if w else 0,
             "fsyncs": w.fsyncs if w else 0,
             "last_fsync_ms_ago": int((time.monotonic() - w.last_fsync) * 1000) if w else 0,

@@ -69,6 +69,8 @@ FLUSH_CHUNK = 64 << 20  # write out a batch every 64 MiB so memory pinned by pen
 
 SMALL_RECORD = 16 << 10  # values up to this size are copied into one staging buffer per write
 INLINE_BYTES = 1 << 20  # batches up to this size may be written by the event loop itself (write_inline)
+INLINE_SLOW = 0.005  # an inline write slower than this (dirty-page throttling, a stalled disk) ...
+INLINE_BACKOFF = 5.0  # ... sends every batch through the thread for this long
 
 OP_REC, OP_ROLL, OP_SYNC, OP_PROBE, OP_STOP, OP_FAIL = range(6)
 PROBE_PAD = 4096  # the probe writes a real block, so "disk full" is noticed
@@ -106,6 +108,8 @@ class Writer(threading.Thread):
         self.cond = threading.Condition()
         self.queue: list[tuple[Any, ...]] = []
         self.busy = False  # a batch is being written (by this thread, or inline by the loop)
+        self.inline_paused_until = 0.0  # monotonic time before which write_inline() declines (a write was slow)
+        self.slow_inline_writes = 0
         self.failed = False
         self.fault: OSError | None = None
         self.stopped = False
@@ -131,8 +135,15 @@ class Writer(threading.Thread):
         is cheap: ``everysec``/``no`` (no fsync on the loop), at most ``INLINE_BYTES``, records only (no segment
         roll, which creates a file and fsyncs a directory). It saves a thread wake-up and a loop wake-up per
         batch: for a client waiting on its reply, most of the cost of a small persisted write. Returns False
-        (nothing done) when the batch must go through the thread."""
+        (nothing done) when the batch must go through the thread.
+
+        A write into the page cache can still block when the kernel throttles dirty pages or the disk stalls.
+        So an inline write that takes longer than ``INLINE_SLOW`` sends every batch through the thread for the
+        next ``INLINE_BACKOFF`` seconds: the loop pays for at most one slow write, then stays off the disk."""
         if self.always or self.failed or nbytes > INLINE_BYTES:
+            return False
+        started = time.monotonic()
+        if started < self.inline_paused_until:
             return False
         for op in ops:
             if op[0] != OP_REC:
@@ -151,6 +162,16 @@ class Writer(threading.Thread):
                 self.busy = False
                 if self.queue:
                     self.cond.notify()
+        took = time.monotonic() - started
+        if took > INLINE_SLOW:
+            self.inline_paused_until = started + took + INLINE_BACKOFF
+            self.slow_inline_writes += 1
+            self.logger.info(
+                "a %d-byte write took %.1f ms on the event loop; writing on the thread for %.0f s",
+                nbytes,
+                took * 1000,
+                INLINE_BACKOFF,
+            )
         return True
 
     # -- the thread --------------------------------------------------------------------------------------------

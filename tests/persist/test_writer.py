@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -119,3 +121,41 @@ async def test_second_process_on_same_directory_fails(seg_dir: Path) -> None:
     await log.close()
     again, _, _ = await open_log(seg_dir)  # the lock is released on close
     await again.close()
+
+
+async def test_small_batches_are_written_on_the_loop_until_a_write_is_slow(seg_dir: Path) -> None:
+    """everysec: a small batch that finds the writer idle is written by the loop itself (no thread hand-off);
+    after an inline write that takes too long (simulated: a disk that stalls for 20 ms), batches go through the
+    writer thread again, so the loop pays for at most one slow write."""
+    log, owner, _ = await open_log(seg_dir, appendfsync="everysec")
+    await asyncio.sleep(0.05)
+    writer = log._writer
+    real = writer._pwritev
+    threads: list[int] = []
+    stall = [0.0]
+
+    def pwritev(fd: int, bufs: list, offset: int) -> int:  # the real write, on a disk that may stall first
+        threads.append(threading.get_ident())
+        if stall[0]:
+            time.sleep(stall[0])
+        return real(fd, bufs, offset)
+
+    writer._pwritev = pwritev
+    loop_thread = threading.get_ident()
+
+    owner.set(b"a", b"v" * 100)
+    await log.barrier()
+    assert threads == [loop_thread]
+
+    stall[0] = 0.02
+    owner.set(b"b", b"v" * 100)
+    await log.barrier()
+    assert threads[-1] == loop_thread and log.stats()["slow_inline_writes"] == 1
+
+    stall[0] = 0.0
+    owner.set(b"c", b"v" * 100)
+    await log.barrier()
+    assert threads[-1] != loop_thread  # backed off: the writer thread did it
+    log, owner, _ = await reopen(log)
+    assert {b"a", b"b", b"c"} <= set(owner.entries)  # all three recovered from the segment
+    await log.close()
