@@ -1,4 +1,5 @@
-"""Start a real kvd (or redis-server) process for the connector's tests and benchmarks. Never a mock.
+"""Support shared by the connector's tests and benchmarks: a real kvd (or redis-server) process, never a mock,
+and the settings of the offline vLLM engine subprocesses they run.
 
 ``KVD_TEST_TARGET=kvd`` (default) runs ``python -m kvd --bind 127.0.0.1 --port P --dir D`` when kvd is installed
 (``import kvd.server`` works and ``python -m kvd --help`` exits 0); otherwise, and with ``KVD_TEST_TARGET=redis``,
@@ -18,6 +19,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from vllm.config import KVTransferConfig
 
 _LIVE: set[subprocess.Popen[bytes]] = set()
 
@@ -39,6 +44,41 @@ def free_port() -> int:
 
 
 _REPO = Path(__file__).resolve().parents[1]
+
+
+def engine_env(work: Path, *paths: Path) -> dict[str, str]:
+    """Environment of a vLLM engine subprocess: offline, the engine core in-process, one OpenMP thread (the
+    machine is shared with kvd and the client), its own TMPDIR under ``work``, the repository (and ``paths``)
+    importable, the compile cache shared across runs, and no inherited PYTHONHASHSEED (the chunk hashes must
+    not depend on it; tests check that)."""
+    env = dict(
+        os.environ,
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        VLLM_ENABLE_V1_MULTIPROCESSING="0",
+        OMP_NUM_THREADS="1",
+        TMPDIR=str(work / "tmp"),
+        PYTHONPATH=os.pathsep.join(str(p) for p in (_REPO, *paths)),
+        VLLM_CACHE_ROOT=str(_REPO / ".cache" / "vllm-cache"),
+    )
+    env.pop("PYTHONHASHSEED", None)
+    return env
+
+
+def kv_transfer_config(
+    extra: dict[str, object], connector: str = "KvdConnector", module: str = "connectors.vllm"
+) -> KVTransferConfig:
+    """vLLM's KVTransferConfig for ``connector`` with ``extra`` as its extra config; failed loads recompute.
+    Imported lazily: only engine processes (in the vLLM environment) call this."""
+    from vllm.config import KVTransferConfig
+
+    return KVTransferConfig(
+        kv_connector=connector,
+        kv_connector_module_path=module,
+        kv_role="kv_both",
+        kv_connector_extra_config=extra,
+        kv_load_failure_policy="recompute",
+    )
 
 
 def server_python() -> str:

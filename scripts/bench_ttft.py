@@ -71,19 +71,14 @@ def engine_main(spec_path: str, out_path: str) -> int:
     spec = json.loads(Path(spec_path).read_text())
     out = Path(out_path)
     from vllm import LLM, SamplingParams
-    from vllm.config import KVTransferConfig
+
+    from connectors.testing import kv_transfer_config
 
     kwargs: dict[str, Any] = {}
     url = None
     if spec.get("connector") is not None:
         url = spec["connector"]["url"]
-        kwargs["kv_transfer_config"] = KVTransferConfig(
-            kv_connector="KvdConnector",
-            kv_connector_module_path="connectors.vllm",
-            kv_role="kv_both",
-            kv_connector_extra_config=spec["connector"],
-            kv_load_failure_policy="recompute",
-        )
+        kwargs["kv_transfer_config"] = kv_transfer_config(spec["connector"])
     t0 = time.perf_counter()
     llm = LLM(
         model=spec["model"],
@@ -193,17 +188,9 @@ class Bench:
             "steps": [warm, *steps],
         }
         (work / "spec.json").write_text(json.dumps(spec))
-        env = dict(
-            os.environ,
-            HF_HUB_OFFLINE="1",
-            TRANSFORMERS_OFFLINE="1",
-            VLLM_ENABLE_V1_MULTIPROCESSING="0",
-            OMP_NUM_THREADS="1",
-            TMPDIR=str(work / "tmp"),
-            PYTHONPATH=str(REPO),
-            VLLM_CACHE_ROOT=str(REPO / ".cache" / "vllm-cache"),
-        )
-        env.pop("PYTHONHASHSEED", None)
+        from connectors.testing import engine_env  # importable once run() has put the repository on sys.path
+
+        env = engine_env(work)
         t = time.perf_counter()
         print(f"  engine {self.n} ({label}) ...", end="", flush=True)
         with open(work / "engine.log", "wb") as log:

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from connectors.testing import Server, target_kind
+from connectors.testing import Server, engine_env, target_kind
 
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -71,17 +71,7 @@ class Engine:
         (work / "tmp").mkdir(parents=True)
         spec = {"model": self.model, "block_size": 32, "connector": connector, "phases": phases, **spec}
         (work / "spec.json").write_text(json.dumps(spec))
-        env = dict(
-            os.environ,
-            HF_HUB_OFFLINE="1",
-            TRANSFORMERS_OFFLINE="1",
-            VLLM_ENABLE_V1_MULTIPROCESSING="0",
-            OMP_NUM_THREADS="1",
-            TMPDIR=str(work / "tmp"),
-            PYTHONPATH=os.pathsep.join([str(REPO), str(HERE)]),
-            VLLM_CACHE_ROOT=str(REPO / ".cache" / "vllm-cache"),
-        )
-        env.pop("PYTHONHASHSEED", None)
+        env = engine_env(work, HERE)
         log = work / "engine.log"
         with open(log, "wb") as f:
             proc = subprocess.run(

@@ -71,16 +71,13 @@ def main() -> int:
     spec = json.loads(Path(sys.argv[1]).read_text())
     out_path = Path(sys.argv[2])
     from vllm import LLM, SamplingParams
-    from vllm.config import KVTransferConfig
+
+    from connectors.testing import kv_transfer_config
 
     kwargs: dict = {}
     if spec.get("connector") is not None:
-        kwargs["kv_transfer_config"] = KVTransferConfig(
-            kv_connector=spec.get("class", "KvdConnector"),
-            kv_connector_module_path=spec.get("module", "connectors.vllm"),
-            kv_role="kv_both",
-            kv_connector_extra_config=spec["connector"],
-            kv_load_failure_policy="recompute",
+        kwargs["kv_transfer_config"] = kv_transfer_config(
+            spec["connector"], spec.get("class", "KvdConnector"), spec.get("module", "connectors.vllm")
         )
     t0 = time.perf_counter()
     llm = LLM(
