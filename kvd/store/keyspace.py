@@ -193,29 +193,46 @@ class Keyspace:
         """Store ``value`` (kept by reference: callers hand over ownership and never mutate it)."""
         if self.policy == "noeviction":
             self._check_room(len(value) + (0 if key in self._entries else self.ram.key_charge(key)))
-        loc = self.log.append_set(key, value, expire_at) if self.log is not None else None
+        seg_log = self.log
+        loc = seg_log.append_set(key, value, expire_at) if seg_log is not None else None
+        ram = self.ram
         old = self._entries.get(key)
-        if old is not None:
-            self._detach(key, old)
-            seq = old.seq
+        if loc is not None and not self._fits(value):
+            # Bigger than the whole RAM tier: keep it on disk only rather than flushing every other value out.
+            entry = Entry(None, expire_at, loc, 0)
+            self._swap(key, old, entry)
+            ram.cold[key] = entry
+            self.stats.ram_demotions += 1
+        elif old is not None and old.value is not None:
+            # Overwriting a resident value, the hot path of a cache: the key keeps its LRU node and moves to the
+            # end. (Releasing and re-admitting costs a node and a dict slot per write; measured 10 % of a SET.)
+            entry = Entry(value, expire_at, loc, old.seq)
+            self._entries[key] = entry
+            ram.replace(key, old.value, entry)
+            if old.expire_at:
+                self.expiry.live -= 1
+            if old.loc is not None and seg_log is not None:
+                seg_log.mark_dead(old.loc)
+            self._recycle(old)
         else:
-            seq = self.scan.add(key)
-            self.ram.add_key(key)
-        entry = Entry(value, expire_at, loc, seq)
-        self._entries[key] = entry
+            entry = Entry(value, expire_at, loc, 0)
+            self._swap(key, old, entry)
+            ram.admit(key, entry)
         if expire_at:
             self.expiry.live += 1
             self.expiry.schedule(key, expire_at)
-        if loc is not None and not self._fits(value):
-            # Bigger than the whole RAM tier: keep it on disk only rather than flushing every other value out.
-            entry.value = None
-            self.ram.cold[key] = entry
-            self.stats.ram_demotions += 1
-            return
-        ram = self.ram
-        ram.admit(key, entry)
         if ram.budget and ram.used > ram.budget:
             self._evict()
+
+    def _swap(self, key: bytes, old: Entry | None, entry: Entry) -> None:
+        """Put ``entry`` in place of ``old`` (None: a new key), which is detached from every index."""
+        if old is not None:
+            self._detach(key, old)
+            entry.seq = old.seq
+        else:
+            entry.seq = self.scan.add(key)
+            self.ram.add_key(key)
+        self._entries[key] = entry
 
     def delete(self, key: bytes) -> bool:
         entry = self.lookup(key)
