@@ -125,6 +125,7 @@ class Client(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
+        self.unwatch()
         self.server.unregister(self)
 
     def buffer_updated(self, nbytes: int) -> None:
@@ -415,16 +416,19 @@ class Client(asyncio.BufferedProtocol):
     def discard_multi(self) -> None:
         self._multi = None
         self._multi_error = False
-        self._watched.clear()
+        self.unwatch()
 
     def watch(self, keys: list[bytes]) -> None:
         for key in keys:
             if key not in self._watched:
-                entry = self.keyspace.lookup(key)
+                entry = self.keyspace.watch(key)
                 self._watched[key] = (entry, entry.expire_at if entry is not None else 0)
 
     def unwatch(self) -> None:
-        self._watched.clear()
+        if self._watched:
+            for key in self._watched:
+                self.keyspace.unwatch(key)
+            self._watched.clear()
 
     def exec_multi(self) -> Any:
         queued, aborted = self._multi or [], self._multi_error

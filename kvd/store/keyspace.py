@@ -91,6 +91,9 @@ class Keyspace:
         # Dropped values are recycled as receive buffers (kvd/store/bufpool.py); bounded by 1/16 of the RAM tier.
         self.pool = BufferPool(min(256 << 20, maxmemory // 16) if maxmemory else 256 << 20)
         self._loads: dict[tuple[bytes, Any], asyncio.Future[Value | None]] = {}
+        # Keys some client WATCHes -> how many clients. A write to one of them always makes a new Entry, which is
+        # what EXEC compares; other overwrites of a resident value update the entry in place.
+        self.watched: dict[bytes, int] = {}
 
     # -- sizes -----------------------------------------------------------------------------------------------
 
@@ -157,10 +160,10 @@ class Keyspace:
         except CorruptRecord as exc:
             self.stats.corrupt_reads += 1
             log.warning("dropping key %r: its record on disk failed verification (%s)", key[:64], exc)
-            if self._entries.get(key) is entry:
+            if self._entries.get(key) is entry and entry.loc == loc:
                 self._remove(key, entry, log_delete=True)
             return None
-        # Promote only if nobody changed the key while we read (identity: every write makes a new Entry).
+        # Promote only if nobody changed the key while we read (every write gives the entry a new location).
         if self._entries.get(key) is entry and entry.value is None and entry.loc == loc and self._fits(value):
             entry.value = value
             self.ram.admit(key, entry)
@@ -187,6 +190,18 @@ class Keyspace:
                 self.load(key, entry)
         return count
 
+    # -- WATCH -----------------------------------------------------------------------------------------------
+
+    def watch(self, key: bytes) -> Entry | None:
+        """The key's entry, which stays this object until the key is written, deleted or expires."""
+        self.watched[key] = self.watched.get(key, 0) + 1
+        return self.lookup(key)
+
+    def unwatch(self, key: bytes) -> None:
+        n = self.watched.pop(key, 0) - 1
+        if n > 0:
+            self.watched[key] = n
+
     # -- writing ---------------------------------------------------------------------------------------------
 
     def set(self, key: bytes, value: Value, expire_at: int = 0) -> None:
@@ -203,17 +218,21 @@ class Keyspace:
             self._swap(key, old, entry)
             ram.cold[key] = entry
             self.stats.ram_demotions += 1
-        elif old is not None and old.value is not None:
-            # Overwriting a resident value, the hot path of a cache: the key keeps its LRU node and moves to the
-            # end. (Releasing and re-admitting costs a node and a dict slot per write; measured 10 % of a SET.)
-            entry = Entry(value, expire_at, loc, old.seq)
-            self._entries[key] = entry
-            ram.replace(key, old.value, entry)
+        elif old is not None and (old_value := old.value) is not None and key not in self.watched:
+            # Overwriting a resident value, the hot path of a cache: the entry is updated in place and keeps its
+            # LRU node, which moves to the end. (A new Entry re-inserted in both dicts measured 25 % slower.)
+            old_loc = old.loc
             if old.expire_at:
                 self.expiry.live -= 1
-            if old.loc is not None and seg_log is not None:
-                seg_log.mark_dead(old.loc)
-            self._recycle(old)
+            old.value = value
+            old.expire_at = expire_at
+            old.loc = loc
+            ram.replace(key, len(value) - len(old_value))
+            if old_loc is not None and seg_log is not None:
+                seg_log.mark_dead(old_loc)
+            if type(old_value) is bytearray:  # received in place: offer the buffer back to the pool
+                self.pool.give(old_value)
+            entry = old
         else:
             entry = Entry(value, expire_at, loc, 0)
             self._swap(key, old, entry)

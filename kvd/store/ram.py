@@ -66,12 +66,9 @@ class RamTier:
         self.used += n + VALUE_OVERHEAD
         self.resident_bytes += n
 
-    def replace(self, key: bytes, old_value: Any, entry: Any) -> None:
-        """A resident value overwritten by ``entry.value``: the key keeps its node and becomes the most recent."""
-        hot = self.hot
-        hot[key] = entry
-        hot.move_to_end(key)
-        delta = len(entry.value) - len(old_value)
+    def replace(self, key: bytes, delta: int) -> None:
+        """A resident value was overwritten in place, ``delta`` bytes longer: it becomes the most recent."""
+        self.hot.move_to_end(key)
         self.used += delta
         self.resident_bytes += delta
 

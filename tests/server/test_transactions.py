@@ -80,6 +80,34 @@ def test_watch_detects_a_concurrent_write(server):
     assert r.get("balance") == b"100"
 
 
+def test_watch_survives_another_watcher_letting_go(server):
+    """Two clients WATCH one key; after one of them unwatches (or disconnects) the other still sees a write.
+    (Overwrites of unwatched keys update the entry in place, so the server must count watchers exactly.)"""
+    a, b, writer = server.client(), server.client(), server.client()
+    writer.set("k", "1")
+    with a.pipeline() as pa, b.pipeline() as pb:
+        pa.watch("k")
+        pb.watch("k")
+        pa.unwatch()
+        writer.set("k", "2")
+        pb.multi()
+        pb.set("k", "from-b")
+        with pytest.raises(redis.WatchError):
+            pb.execute()
+    lone = server.client()
+    with lone.pipeline() as pl:
+        pl.watch("k")
+        gone = server.client()
+        gone.execute_command("WATCH", "k")
+        gone.close()  # a watcher that disconnects must not leave the key counted, nor uncount ``lone``
+        writer.set("k", "3")
+        pl.multi()
+        pl.set("k", "from-lone")
+        with pytest.raises(redis.WatchError):
+            pl.execute()
+    assert writer.get("k") == b"3"
+
+
 def test_transaction_over_cold_values_reads_them_from_disk(server_factory):
     srv = server_factory("--persistence", "yes", "--maxmemory", "4mb")
     r = srv.client()
