@@ -19,6 +19,11 @@ to ``proto-max-bulk-len``; the bytes of one pending command up to ``client-query
 the limits are tighter (10 arguments, 16 KiB per bulk, 1 MiB per command), the defence Redis added for
 CVE-2021-32675. A violation raises ``ProtocolError`` (reply, then close) or ``DropConnection`` (close).
 
+Landing. After a ``<name> <key> <large value>`` request the next read is offered a buffer of exactly that
+request's size; if the same shape arrives, it is received whole, in one read, into a buffer that becomes the
+value once its header is cut off (``kvd/protocol/landing.py``). Anything else is moved to the receive buffer and
+parsed as below.
+
 Like Redis (``processMultibulkBuffer``), the two bytes after a bulk's payload are skipped without being read:
 ``$4\r\nPINGxx`` is ``PING``. hiredis, which parses runs of small requests, does the same, so every path and
 every split of the input agrees.
@@ -36,7 +41,10 @@ try:  # a declared dependency; without it the pure-Python paths below parse ever
 except ImportError:  # pragma: no cover
     hiredis = None
 
+from kvd.store.bufpool import uninitialized
+
 from .errors import DropConnection, ProtocolError
+from .landing import LANDING_MAX, Template
 
 if TYPE_CHECKING:
     from hiredis import Reader
@@ -121,13 +129,18 @@ class RequestParser:
         "_buf",
         "_bulk_len",
         "_end",
+        "_land",
+        "_land_filled",
+        "_land_header",
         "_need_crlf",
         "_offered",
         "_pending_bytes",
         "_reader",
         "_start",
+        "_template",
         "_window",
         "authenticated",
+        "landed",
         "max_bulk",
         "pool",
         "query_limit",
@@ -154,6 +167,13 @@ class RequestParser:
         self._window = RECV_WINDOW  # how much of the receive buffer the next read may fill
         self._reader: Reader | None = None  # hiredis reader for the batch path, kept while it holds no input
         self._offered = 0  # the size of the last buffer handed out (a full read means more is waiting)
+        self._template: Template | None = None  # the shape of the last large request: what the next may land as
+        self._land: bytearray | None = None  # the buffer a whole request is landing in
+        self._land_filled = 0
+        self._land_header = 0  # the landing request's header length, once all of it matched the template
+        # Landed values whose header is still in front of them, and its length: ``trim_landed()`` must run
+        # (after the read callback has returned) before the commands that carry them execute.
+        self.landed: list[tuple[bytearray, int, int]] = []
 
     # -- the BufferedProtocol side -------------------------------------------------------------------------
 
@@ -161,6 +181,9 @@ class RequestParser:
         """Memory for the next ``recv_into``: the tail of a large bulk, or free space in the receive buffer.
 
         ``sizehint`` (asyncio's BufferedProtocol argument) is ignored: the parser knows better what comes next."""
+        land = self._land
+        if land is not None:
+            return memoryview(land)[self._land_filled :]
         big = self._big
         if big is not None:
             if self._big_filled == len(big):  # a declared length above BIG_UPFRONT: grow by doubling
@@ -169,6 +192,18 @@ class RequestParser:
         start, end = self._start, self._end
         if start == end:
             self._start = self._end = 0
+            template = self._template
+            if (
+                template is not None
+                and self._argc < 0  # between requests
+                and not self.landed  # one untrimmed landing at a time
+                and self.authenticated
+                and template.value_len <= self.max_bulk
+                and template.size <= self.query_limit
+            ):
+                land = self._land = uninitialized(template.size)
+                self._land_filled = 0
+                return memoryview(land)
         elif len(self._buf) - end < BIG_ARG:
             # Slide the unparsed tail to the front. Never resize _buf in place: the event loop may still hold
             # a view of it from the previous read, and a resize with live exports raises BufferError.
@@ -190,6 +225,10 @@ class RequestParser:
 
         Raises ProtocolError/DropConnection after appending every command that preceded the bad bytes.
         """
+        if self._land is not None:
+            if self._receive_landing(nbytes, out):
+                self._parse(out)
+            return
         big = self._big
         if big is not None:
             self._big_filled += nbytes
@@ -205,6 +244,65 @@ class RequestParser:
             if nbytes == self._offered and self._window < RECV_BUFFER:
                 self._window *= 2  # the sender is ahead of us: bigger reads amortise the per-read work
         self._parse(out)
+
+    # -- landing (kvd/protocol/landing.py) ---------------------------------------------------------------------
+
+    def _receive_landing(self, nbytes: int, out: list[Args]) -> bool:
+        """Account for bytes that arrived in the landing buffer. True if the receive buffer now holds bytes for
+        the general parser: another request than expected, or what followed the landed one."""
+        land = self._land
+        template = self._template
+        assert land is not None and template is not None
+        filled = self._land_filled = self._land_filled + nbytes
+        header_len = self._land_header
+        if not header_len:
+            verdict = template.header_len(land, filled)
+            if verdict is False:
+                self._abandon_landing()
+                return True
+            if verdict is None:
+                return False
+            header_len = self._land_header = verdict
+        value_len = template.value_len
+        end = header_len + value_len + 2
+        if filled < end:
+            return False
+        self._land = None
+        self._land_header = 0
+        key_start = land.find(b"\r\n", len(template.prefix), header_len) + 2
+        key = bytes(land[key_start : header_len - len(template.suffix)])
+        self.landed.append((land, header_len, value_len))
+        out.append([template.name, key, land])
+        extra = filled - end
+        if not extra:
+            return False
+        if extra > len(self._buf):
+            self._buf = bytearray(extra)
+        self._buf[:extra] = memoryview(land)[end:filled]
+        self._start, self._end = 0, extra
+        return True
+
+    def _abandon_landing(self) -> None:
+        """Not the expected request: what landed is parsed by the general path, and landing stays off until the
+        next large request re-arms it."""
+        land, filled = self._land, self._land_filled
+        assert land is not None
+        self._land = None
+        self._land_header = 0
+        self._template = None
+        if filled <= len(self._buf) // 4:
+            self._buf[:filled] = memoryview(land)[:filled]  # a few bytes (a small request): keep the buffer
+        else:
+            self._buf = land  # most of a request: parse it where it is rather than copy it
+        self._start, self._end = 0, filled
+
+    def trim_landed(self) -> None:
+        """Cut the header and the CRLF off every landed value (O(1) each: CPython moves the bytearray's start).
+        Only after the read callback has returned: the event loop holds a view of the buffer until then."""
+        for buf, header_len, value_len in self.landed:
+            del buf[:header_len]
+            del buf[value_len:]
+        self.landed.clear()
 
     # -- parsing ----------------------------------------------------------------------------------------------
 
@@ -311,7 +409,7 @@ class RequestParser:
                         # Up to BIG_UPFRONT the value's final buffer is allocated at once (KV chunks, the hot
                         # path); a larger declared length gets BIG_UPFRONT now and grows as bytes arrive, so a
                         # client that declares 512 MiB and sends 2 bytes does not cost 512 MiB of RSS.
-                        big = (self.pool.take(length) if self.pool is not None else None) or bytearray(
+                        big = (self.pool.take(length) if self.pool is not None else None) or uninitialized(
                             min(length, max(BIG_UPFRONT, avail))
                         )
                         self._big_len = length
@@ -369,7 +467,17 @@ class RequestParser:
         return batch
 
     def _finish(self, out: list[Args]) -> None:
-        out.append(self._args)
+        args = self._args
+        out.append(args)
+        if len(args) == 3 and type(value := args[2]) is bytearray and len(value) <= LANDING_MAX:
+            template = self._template
+            if (
+                template is None
+                or template.value_len != len(value)
+                or template.key_max < len(args[1])
+                or template.name != args[0]
+            ):
+                self._template = Template(bytes(args[0]), len(args[1]), len(value))
         self._args = []
         self._argc = -1
         self._pending_bytes = 0

@@ -154,3 +154,35 @@ def test_large_values_round_trip_and_getrange_view(server):
     assert r.strlen("big") == len(value)
     assert r.getrange("big", 100_000, 100_009) == value[100_000:100_010]
     assert r.mget("big", "big") == [value, value]
+
+
+@pytest.mark.parametrize("persistence", ["no", "yes"])
+def test_repeated_large_sets_land_whole_and_read_back_intact(server_factory, persistence):
+    """A stream of same-shape large SETs (kvd/protocol/landing.py lands each in one read), with keys of other
+    lengths, other value sizes, small commands and pipelines mixed in; with persistence the replies also wait
+    for the log, so landed values and the log barrier interleave."""
+    srv = server_factory("--persistence", persistence)
+    r = srv.client()
+    size = 256 * 1024
+
+    def val(i: int, n: int = size) -> bytes:
+        return (i.to_bytes(4, "big") * (n // 4 + 1))[:n]
+
+    expected: dict[bytes, bytes] = {}
+    for i in range(40):
+        key = b"chunk:%08d" % i if i % 7 else b"c%d" % i  # mostly fixed-length keys, some shorter
+        n = size if i % 11 else size + 1
+        assert r.set(key, val(i, n)) is True
+        expected[key] = val(i, n)
+        if i % 5 == 0:
+            assert r.get(key) == expected[key]
+    pipe = r.pipeline(transaction=False)
+    for i in range(40, 60):
+        key = b"chunk:%08d" % i
+        expected[key] = val(i)
+        pipe.set(key, expected[key])
+        pipe.strlen(key)
+    assert pipe.execute() == [True, size] * 20
+    keys = list(expected)
+    assert r.mget(keys) == [expected[k] for k in keys]
+    assert r.dbsize() == len(expected)

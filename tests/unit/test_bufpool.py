@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kvd.store.bufpool import MIN_SIZE, BufferPool
+from kvd.store.bufpool import MIN_SIZE, BufferPool, uninitialized
 
 
 def test_unreferenced_buffer_is_recycled_and_reused_exactly_once():
@@ -35,3 +35,18 @@ def test_small_values_bytes_and_budget():
         pool.give(bytearray(MIN_SIZE))
     assert pool.held == 2 * MIN_SIZE and pool.recycled == 2
     assert pool.take(MIN_SIZE + 1) is None
+
+
+def test_values_with_memory_in_front_are_left_to_malloc():
+    """A value that landed with its request header (kvd/protocol/landing.py) has its start moved into its
+    allocation; it can only be reused at its full size, so the pool must not hand it out as a value buffer."""
+    pool = BufferPool(max_bytes=1 << 20)
+    landed = bytearray(MIN_SIZE + 100)
+    del landed[:60]
+    del landed[MIN_SIZE:]
+    assert len(landed) == MIN_SIZE
+    pool.give(landed)
+    assert pool.held == 0 and pool.take(MIN_SIZE) is None
+    exact = uninitialized(MIN_SIZE)
+    pool.give(exact)
+    assert pool.held == MIN_SIZE

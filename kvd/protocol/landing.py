@@ -1,0 +1,79 @@
+"""Landing a whole repeated request in one read: the shape of the last large SET predicts the next one.
+
+A SET of a 256 KiB value received the general way costs three reads: a 16 KiB window that brings the header and
+the start of the value, the rest of the value straight into its own buffer, then the two-byte terminator. Each
+read is a system call and two Python callbacks (``get_buffer``, ``buffer_updated``) that run with caches the
+kernel's copy has just flushed. Redis gets by with one read because its query buffer grows to hold the whole
+request and then becomes the value object.
+
+A KV-cache client repeats one shape: ``SET <key> <value of fixed length>``. After a request of that shape
+(three arguments, the last one large), the parser offers the next read a buffer the size of such a request with
+a key up to ``KEY_SLACK`` bytes longer. If the bytes that arrive have that shape (same command name and value
+length), the value is already in a buffer of its own, behind a header whose length the parser now knows: the
+front and the tail are cut off without copying (``del buf[:n]`` only advances CPython's ``ob_start``, and a
+small shrink keeps the allocation), so the value is received with no user-space copy and in one read. Bytes
+that came after the request (a shorter key, pipelined requests) are moved to the receive buffer.
+
+The cut has to wait until the read callback has returned: uvloop holds a view of the buffer until then, and a
+bytearray with a live view cannot be resized. The connection runs commands from such a read one loop step later
+(``Client._trim_landed``).
+
+A request of another shape is detected from its first bytes. What landed becomes the receive buffer (or, if
+only a few bytes arrived, is copied into it) and is parsed as usual, and landing stays off until the next
+large request re-arms it. So a mismatch costs at most one copy of the value that did arrive (the general path
+copies the part of a large value that came with its header), never a wrong parse.
+
+Measured (256 KiB SETs from one client over loopback, kvd with and without landing alternated second by
+second, medians of 12): 6 % less server CPU per request, 4 % more requests per second. Modest, because the
+kernel's copy and the wake-ups dominate a large SET.
+
+Complexity: O(header) per check; arming and trimming are O(1).
+"""
+
+from __future__ import annotations
+
+LANDING_MAX = 4 << 20  # above this the two extra reads are noise next to the copy itself
+KEY_SLACK = 64  # keys up to this much longer than the one that armed the template still land
+
+
+class Template:
+    """``<name> <key> <value>`` with a fixed name and value length, and a key of any length up to ``key_max``."""
+
+    __slots__ = ("key_max", "name", "prefix", "size", "suffix", "value_len")
+
+    def __init__(self, name: bytes, key_len: int, value_len: int) -> None:
+        self.name = name
+        self.value_len = value_len
+        self.key_max = key_len + KEY_SLACK
+        self.prefix = b"*3\r\n$%d\r\n%b\r\n$" % (len(name), name)  # then the key's length
+        self.suffix = b"\r\n$%d\r\n" % value_len  # after the key
+        # The buffer offered: room for the longest key, the value and its CRLF (skipped unread, as Redis does).
+        self.size = len(self.prefix) + len(b"%d\r\n" % self.key_max) + self.key_max + len(self.suffix) + value_len + 2
+
+    def header_len(self, buf: bytearray, filled: int) -> int | bool | None:
+        """How the first ``filled`` bytes of ``buf`` start: the length of this shape's header once all of it is
+        there, None while what arrived is an unfinished request of this shape, False for anything else (which
+        the general parser then reads, with its exact errors)."""
+        prefix = self.prefix
+        n = len(prefix)
+        if filled < n:
+            return None if prefix.startswith(buf[:filled]) else False
+        if not buf.startswith(prefix):
+            return False
+        nl = buf.find(b"\r\n", n, filled)
+        if nl < 0:
+            return None if filled - n <= 20 else False
+        digits = buf[n:nl]
+        # Canonical decimal only (no sign, no leading zero): anything else is the general parser's to judge.
+        if not digits.isdigit() or (digits[0] == 48 and len(digits) > 1) or len(digits) > 20:
+            return False
+        key_len = int(digits)
+        if key_len > self.key_max:
+            return False
+        key_end = nl + 2 + key_len
+        if filled <= key_end:
+            return None
+        suffix = self.suffix
+        if filled < key_end + len(suffix):
+            return None if suffix.startswith(buf[key_end:filled]) else False
+        return key_end + len(suffix) if buf.startswith(suffix, key_end) else False

@@ -1,0 +1,148 @@
+"""Landing (``kvd/protocol/landing.py``): after a large ``SET``, the next request of that shape arrives whole in
+one buffer that becomes its value. These tests drive the parser the way the event loop does and check that
+every shape and every split of the input parses exactly as the general path would, landed or not."""
+
+from __future__ import annotations
+
+import re
+from unittest import mock
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from test_parser_properties import SETTINGS, drive, multibulk, new_parser
+
+import kvd.protocol.parser as parser_module
+from kvd.protocol.errors import ProtocolError
+from kvd.protocol.landing import KEY_SLACK
+from kvd.protocol.parser import BIG_ARG
+
+N = 3 * BIG_ARG + 5
+
+
+def value(tag: int, n: int = N) -> bytes:
+    """``n`` bytes that differ between tags from the first byte on."""
+    return (bytes([tag % 251]) * 7 + bytes(range(256)) * (n // 256 + 1))[:n]
+
+
+def set_request(key: bytes, val: bytes, name: bytes = b"SET") -> bytes:
+    return multibulk([name, key, val])
+
+
+def feed_one(parser, data: bytes, out: list) -> int:
+    """One read of as much of ``data`` as the offered buffer takes; returns the bytes consumed."""
+    buf = parser.get_buffer()
+    n = min(len(buf), len(data))
+    buf[:n] = data[:n]
+    buf.release()
+    parser.feed(n, out)
+    parser.trim_landed()
+    return n
+
+
+def test_a_repeated_shape_lands_whole_in_one_read_and_becomes_the_value():
+    p = new_parser()
+    out: list = []
+    first, second = set_request(b"key:0001", value(1)), set_request(b"key:0002", value(2))
+    consumed = 0
+    while consumed < len(first):  # the general path: header window, value tail, CRLF
+        consumed += feed_one(p, first[consumed:], out)
+    assert [bytes(a) for a in out[0]] == [b"SET", b"key:0001", value(1)]
+    buf = p.get_buffer()
+    assert len(buf) >= len(second), "after a large SET the next read should be offered room for a whole one"
+    buf[: len(second)] = second
+    buf.release()
+    p.feed(len(second), out)
+    assert len(out) == 2 and out[1][0] == b"SET" and out[1][1] == b"key:0002"
+    landed = out[1][2]
+    assert type(landed) is bytearray and len(landed) > N, "before trim_landed() the header is still in front"
+    p.trim_landed()
+    assert landed == value(2), "trimming must leave exactly the value in the very buffer that was read into"
+
+
+@pytest.mark.parametrize("key_len", [0, 1, 7, 8, 9, 8 + KEY_SLACK, 9 + KEY_SLACK, 500])
+@pytest.mark.parametrize("sizes", [None, [1], [5, 4096], [17, N // 2, 3]])
+def test_keys_of_other_lengths_and_pipelined_requests(key_len, sizes):
+    key = b"k" * key_len
+    data = (
+        set_request(b"key:0001", value(1))
+        + set_request(key, value(2))
+        + multibulk([b"GET", key])
+        + set_request(b"key:0003", value(3))
+        + set_request(b"key:0004", value(4))
+        + b"PING\r\n"
+    )
+    expected = [
+        [b"SET", b"key:0001", value(1)],
+        [b"SET", key, value(2)],
+        [b"GET", key],
+        [b"SET", b"key:0003", value(3)],
+        [b"SET", b"key:0004", value(4)],
+        [b"PING"],
+    ]
+    assert drive(new_parser(), data, sizes) == expected
+
+
+@pytest.mark.parametrize(
+    "follower",
+    [
+        set_request(b"key:0002", value(2, N + 1)),  # another value length
+        set_request(b"key:0002", value(2, 100)),  # a small value
+        multibulk([b"SETEX", b"key:0002", b"10", value(2)]),  # another arity
+        set_request(b"key:0002", value(2), name=b"set"),  # the name in another case
+        multibulk([b"GET", b"key:0001"]) * 50,
+        b"GET key:0001\r\n",  # inline
+        b"*3\r\n$3\r\nSET\r\n$8\r\nkey:0002\r\n$%d\r\n%b\r\n" % (N, value(2)),  # the same shape, spelled out
+    ],
+)
+@pytest.mark.parametrize("sizes", [None, [1], [3, 100_000], [N + 40]])
+def test_another_request_after_a_large_set_parses_as_usual(follower, sizes):
+    lead = set_request(b"key:0001", value(1))
+    data = lead + follower + lead
+    with mock.patch.object(parser_module, "LANDING_MAX", 0):  # the oracle: the general path alone
+        expected = drive(new_parser(), data)
+    assert len(expected) >= 3
+    assert drive(new_parser(), data, sizes) == expected
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        (b"*3\r\n$3\r\nSET\r\n$08\r\nkey:0002\r\n", "invalid bulk length"),  # leading zero
+        (b"*3\r\n$3\r\nSET\r\n$-8\r\n", "invalid bulk length"),
+        (b"*3\r\n$3\r\nSET\r\n$8\r\nkey:0002\r\n$0%d\r\n" % N, "invalid bulk length"),
+        (b"*3\r\n$3\r\nSET\r\n:8\r\n", "expected '$', got ':'"),
+    ],
+)
+def test_malformed_headers_get_the_general_paths_errors(bad, message):
+    data = set_request(b"key:0001", value(1)) + bad + b"x" * 64
+    for sizes in (None, [1], [7, 300]):
+        with pytest.raises(ProtocolError, match=re.escape(message)) as info:
+            drive(new_parser(), data, sizes)
+        assert info.value.parser_commands == [[b"SET", b"key:0001", value(1)]]  # type: ignore[attr-defined]
+
+
+@SETTINGS
+@given(
+    keys=st.lists(st.binary(min_size=0, max_size=90), min_size=1, max_size=5),
+    lengths=st.lists(st.sampled_from([N, N, N, N + 1, 40]), min_size=1, max_size=5),
+    sizes=st.one_of(st.none(), st.lists(st.integers(min_value=1, max_value=2 * N), min_size=1, max_size=4)),
+)
+def test_any_mix_of_set_shapes_parses_like_the_general_path(keys, lengths, sizes):
+    requests = [[b"SET", key, value(i, lengths[i % len(lengths)])] for i, key in enumerate(keys * 2)]
+    data = b"".join(multibulk(r) for r in requests)
+    assert drive(new_parser(), data, sizes) == requests
+
+
+def test_no_landing_before_auth_or_above_the_bulk_limit():
+    p = new_parser(authenticated=False)
+    out: list = []
+    feed_one(p, b"AUTH x\r\n", out)
+    assert len(p.get_buffer()) < BIG_ARG  # nothing armed, and the unauthenticated limits apply
+    p = new_parser()
+    lead = set_request(b"key:0001", value(1))
+    consumed = 0
+    while consumed < len(lead):
+        consumed += feed_one(p, lead[consumed:], out)
+    p.max_bulk = N - 1  # CONFIG SET proto-max-bulk-len below the armed value length
+    assert len(p.get_buffer()) < N, "landing must not accept a value the current limit refuses"
