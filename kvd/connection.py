@@ -187,8 +187,12 @@ class Client(asyncio.BufferedProtocol):
     # -- executing ---------------------------------------------------------------------------------------------
 
     def _trim_landed(self) -> None:
+        try:
+            self.parser.trim_landed()
+        except BufferError:  # a transport that still holds its view (none seen so far): next loop step
+            asyncio.get_running_loop().call_soon(self._trim_landed)
+            return
         self._trim_scheduled = False
-        self.parser.trim_landed()
         if self._queue and not self._busy and not self._closed:
             self._run()
 

@@ -299,10 +299,12 @@ class RequestParser:
     def trim_landed(self) -> None:
         """Cut the header and the CRLF off every landed value (O(1) each: CPython moves the bytearray's start).
         Only after the read callback has returned: the event loop holds a view of the buffer until then."""
-        for buf, header_len, value_len in self.landed:
-            del buf[:header_len]
+        landed = self.landed
+        while landed:
+            buf, header_len, value_len = landed[0]
+            del buf[:header_len]  # BufferError while a view is still held, before any change: call again later
             del buf[value_len:]
-        self.landed.clear()
+            landed.pop(0)
 
     # -- parsing ----------------------------------------------------------------------------------------------
 

@@ -85,6 +85,11 @@ def test_tls_without_client_certificates(kvd_factory, certs):
     )
     assert r.set("tls:big", value)
     assert r.get("tls:big") == value
+    # repeated same-shape SETs land whole (kvd/protocol/landing.py), here through the TLS transport's buffers
+    chunks = {f"tls:chunk:{i:04d}": bytes([i]) * (256 * 1024) for i in range(8)}
+    for key, chunk in chunks.items():
+        assert r.set(key, chunk)
+    assert r.mget(list(chunks)) == list(chunks.values())
     # the same key is visible on the plain port
     assert srv.client().get("tls:big") == value
     # the server certificate does not verify against another CA
