@@ -19,10 +19,9 @@ to ``proto-max-bulk-len``; the bytes of one pending command up to ``client-query
 the limits are tighter (10 arguments, 16 KiB per bulk, 1 MiB per command), the defence Redis added for
 CVE-2021-32675. A violation raises ``ProtocolError`` (reply, then close) or ``DropConnection`` (close).
 
-Landing. After a ``<name> <key> <large value>`` request the next read is offered a buffer of exactly that
-request's size; if the same shape arrives, it is received whole, in one read, into a buffer that becomes the
-value once its header is cut off (``kvd/protocol/landing.py``). Anything else is moved to the receive buffer and
-parsed as below.
+Landing. After a ``<name> <key> <large value>`` request the next read is offered a buffer the size of such a
+request; if the same shape arrives, it is received whole, in one read, into a buffer that becomes the value once
+its header is cut off (``kvd/protocol/landing.py``). Anything else is parsed as below.
 
 Like Redis (``processMultibulkBuffer``), the two bytes after a bulk's payload are skipped without being read:
 ``$4\r\nPINGxx`` is ``PING``. hiredis, which parses runs of small requests, does the same, so every path and
