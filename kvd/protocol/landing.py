@@ -6,10 +6,10 @@ read is a system call and two Python callbacks (``get_buffer``, ``buffer_updated
 kernel's copy has just flushed. Redis gets by with one read because its query buffer grows to hold the whole
 request and then becomes the value object.
 
-A KV-cache client repeats one shape: ``SET <key> <value of fixed length>``. After a request of that shape
-(three arguments, the last one large), the parser offers the next read a buffer the size of such a request with
-a key up to ``KEY_SLACK`` bytes longer. If the bytes that arrive have that shape (same command name and value
-length), the value is already in a buffer of its own, behind a header whose length the parser now knows: the
+A KV-cache client repeats one shape: ``SET <key> <value of fixed length>``. After two requests of that shape
+in a row (three arguments, the last one large, same name and value length), the parser offers the next read
+a buffer the size of such a request with a key up to ``KEY_SLACK`` bytes longer. If the bytes that arrive
+have that shape, the value is already in a buffer of its own, behind a header whose length the parser now knows: the
 front and the tail are cut off without copying (``del buf[:n]`` only advances CPython's ``ob_start``, and a
 small shrink keeps the allocation), so the value is received with no user-space copy and in one read. Bytes
 that came after the request (a shorter key, pipelined requests) are moved to the receive buffer.
@@ -18,9 +18,9 @@ The cut has to wait until the read callback has returned: uvloop holds a view of
 bytearray with a live view cannot be resized. The connection runs commands from such a read one loop step later
 (``Client._trim_landed``).
 
-A request of another shape is detected from its first bytes. What landed becomes the receive buffer (or, if
-only a few bytes arrived, is copied into it) and is parsed as usual, and landing stays off until the next
-large request re-arms it. So a mismatch costs at most one copy of the value that did arrive (the general path
+A request of another shape is detected from its first bytes. What landed becomes the receive buffer until it
+is parsed (or, if only a few bytes arrived, is copied into it), and landing stays off until two large requests
+of one shape re-arm it. So a mismatch costs at most one copy of the value that did arrive (the general path
 copies the part of a large value that came with its header), never a wrong parse.
 
 Measured (256 KiB SETs from one client over loopback, kvd with and without landing alternated second by

@@ -135,6 +135,7 @@ class RequestParser:
         "_offered",
         "_pending_bytes",
         "_reader",
+        "_shape",
         "_start",
         "_template",
         "_window",
@@ -167,6 +168,7 @@ class RequestParser:
         self._reader: Reader | None = None  # hiredis reader for the batch path, kept while it holds no input
         self._offered = 0  # the size of the last buffer handed out (a full read means more is waiting)
         self._template: Template | None = None  # the shape of the last large request: what the next may land as
+        self._shape: tuple[bytes, int] | None = None  # (name, value length) of the last large request
         self._land: bytearray | None = None  # the buffer a whole request is landing in
         self._land_filled = 0
         self._land_header = 0  # the landing request's header length, once all of it matched the template
@@ -191,6 +193,8 @@ class RequestParser:
         start, end = self._start, self._end
         if start == end:
             self._start = self._end = 0
+            if len(self._buf) > RECV_BUFFER:  # a landing buffer or a long line took its place: let it go
+                self._buf = bytearray(RECV_BUFFER)
             template = self._template
             if (
                 template is not None
@@ -471,14 +475,21 @@ class RequestParser:
         args = self._args
         out.append(args)
         if len(args) == 3 and type(value := args[2]) is bytearray and len(value) <= LANDING_MAX:
+            # Arm on the second large request of one shape in a row, so that a client whose value sizes vary
+            # does not pay for a mismatch on every request.
+            shape = (args[0], len(value))
             template = self._template
             if (
-                template is None
-                or template.value_len != len(value)
-                or template.key_max < len(args[1])
-                or template.name != args[0]
+                template is not None
+                and shape == (template.name, template.value_len)
+                and len(args[1]) <= template.key_max
             ):
+                pass
+            elif shape == self._shape:
                 self._template = Template(bytes(args[0]), len(args[1]), len(value))
+            else:
+                self._template = None
+            self._shape = shape
         self._args = []
         self._argc = -1
         self._pending_bytes = 0

@@ -43,18 +43,20 @@ def feed_one(parser, data: bytes, out: list) -> int:
 def test_a_repeated_shape_lands_whole_in_one_read_and_becomes_the_value():
     p = new_parser()
     out: list = []
-    first, second = set_request(b"key:0001", value(1)), set_request(b"key:0002", value(2))
+    first = set_request(b"key:0001", value(1)) + set_request(b"key:0009", value(9))
+    second = set_request(b"key:0002", value(2))
     consumed = 0
-    while consumed < len(first):  # the general path: header window, value tail, CRLF
+    while consumed < len(first):  # the general path: header window, value tail, CRLF (twice: that arms it)
         consumed += feed_one(p, first[consumed:], out)
-    assert [bytes(a) for a in out[0]] == [b"SET", b"key:0001", value(1)]
+    assert [[bytes(a) for a in c] for c in out] == [[b"SET", b"key:0001", value(1)], [b"SET", b"key:0009", value(9)]]
+    out.clear()
     buf = p.get_buffer()
     assert len(buf) >= len(second), "after a large SET the next read should be offered room for a whole one"
     buf[: len(second)] = second
     buf.release()
     p.feed(len(second), out)
-    assert len(out) == 2 and out[1][0] == b"SET" and out[1][1] == b"key:0002"
-    landed = out[1][2]
+    assert len(out) == 1 and out[0][0] == b"SET" and out[0][1] == b"key:0002"
+    landed = out[0][2]
     assert type(landed) is bytearray and len(landed) > N, "before trim_landed() the header is still in front"
     p.trim_landed()
     assert landed == value(2), "trimming must leave exactly the value in the very buffer that was read into"
@@ -66,6 +68,7 @@ def test_keys_of_other_lengths_and_pipelined_requests(key_len, sizes):
     key = b"k" * key_len
     data = (
         set_request(b"key:0001", value(1))
+        + set_request(b"key:0000", value(0))
         + set_request(key, value(2))
         + multibulk([b"GET", key])
         + set_request(b"key:0003", value(3))
@@ -74,6 +77,7 @@ def test_keys_of_other_lengths_and_pipelined_requests(key_len, sizes):
     )
     expected = [
         [b"SET", b"key:0001", value(1)],
+        [b"SET", b"key:0000", value(0)],
         [b"SET", key, value(2)],
         [b"GET", key],
         [b"SET", b"key:0003", value(3)],
@@ -97,7 +101,7 @@ def test_keys_of_other_lengths_and_pipelined_requests(key_len, sizes):
 )
 @pytest.mark.parametrize("sizes", [None, [1], [3, 100_000], [N + 40]])
 def test_another_request_after_a_large_set_parses_as_usual(follower, sizes):
-    lead = set_request(b"key:0001", value(1))
+    lead = set_request(b"key:0001", value(1)) * 2
     data = lead + follower + lead
     with mock.patch.object(parser_module, "LANDING_MAX", 0):  # the oracle: the general path alone
         expected = drive(new_parser(), data)
@@ -115,11 +119,11 @@ def test_another_request_after_a_large_set_parses_as_usual(follower, sizes):
     ],
 )
 def test_malformed_headers_get_the_general_paths_errors(bad, message):
-    data = set_request(b"key:0001", value(1)) + bad + b"x" * 64
+    data = set_request(b"key:0001", value(1)) * 2 + bad + b"x" * 64
     for sizes in (None, [1], [7, 300]):
         with pytest.raises(ProtocolError, match=re.escape(message)) as info:
             drive(new_parser(), data, sizes)
-        assert info.value.parser_commands == [[b"SET", b"key:0001", value(1)]]  # type: ignore[attr-defined]
+        assert info.value.parser_commands == [[b"SET", b"key:0001", value(1)]] * 2  # type: ignore[attr-defined]
 
 
 @SETTINGS
@@ -140,9 +144,22 @@ def test_no_landing_before_auth_or_above_the_bulk_limit():
     feed_one(p, b"AUTH x\r\n", out)
     assert len(p.get_buffer()) < BIG_ARG  # nothing armed, and the unauthenticated limits apply
     p = new_parser()
-    lead = set_request(b"key:0001", value(1))
+    lead = set_request(b"key:0001", value(1)) * 2
     consumed = 0
     while consumed < len(lead):
         consumed += feed_one(p, lead[consumed:], out)
     p.max_bulk = N - 1  # CONFIG SET proto-max-bulk-len below the armed value length
     assert len(p.get_buffer()) < N, "landing must not accept a value the current limit refuses"
+
+
+def test_varying_value_sizes_do_not_arm_landing():
+    """Landing arms only after two large requests of one shape in a row: a client whose sizes vary would
+    otherwise pay a mismatch per request."""
+    p = new_parser()
+    out: list = []
+    data = set_request(b"key:0001", value(1)) + set_request(b"key:0002", value(2, N + 1))
+    consumed = 0
+    while consumed < len(data):
+        consumed += feed_one(p, data[consumed:], out)
+    assert len(out) == 2
+    assert len(p.get_buffer()) < N, "two different sizes in a row must not arm landing"
