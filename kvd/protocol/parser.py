@@ -479,16 +479,8 @@ class RequestParser:
             # does not pay for a mismatch on every request.
             shape = (args[0], len(value))
             template = self._template
-            if (
-                template is not None
-                and shape == (template.name, template.value_len)
-                and len(args[1]) <= template.key_max
-            ):
-                pass
-            elif shape == self._shape:
-                self._template = Template(bytes(args[0]), len(args[1]), len(value))
-            else:
-                self._template = None
+            if template is None or shape != (template.name, template.value_len) or len(args[1]) > template.key_max:
+                self._template = Template(bytes(args[0]), len(args[1]), len(value)) if shape == self._shape else None
             self._shape = shape
         self._args = []
         self._argc = -1

@@ -230,8 +230,7 @@ class Keyspace:
             ram.replace(key, len(value) - len(old_value))
             if old_loc is not None and seg_log is not None:
                 seg_log.mark_dead(old_loc)
-            if type(old_value) is bytearray:  # received in place: offer the buffer back to the pool
-                self.pool.give(old_value)
+            self.pool.give(old_value)  # kept only if it was received in place and nothing else holds it
             entry = old
         else:
             entry = Entry(value, expire_at, loc, 0)

@@ -50,3 +50,18 @@ def test_values_with_memory_in_front_are_left_to_malloc():
     exact = uninitialized(MIN_SIZE)
     pool.give(exact)
     assert pool.held == MIN_SIZE
+
+
+def test_an_overwritten_value_goes_back_to_the_pool():
+    """The keyspace's overwrite of a resident value (updated in place) hands the old buffer to the pool, and a
+    value still referenced elsewhere (a reply in flight) is not taken."""
+    from kvd.store.keyspace import Keyspace
+
+    ks = Keyspace(maxmemory=1 << 30, policy="allkeys-lru", seg_log=None)
+    ks.set(b"k", bytearray(MIN_SIZE))
+    ks.set(b"k", bytearray(MIN_SIZE))
+    assert ks.pool.recycled == 1 and ks.pool.held == MIN_SIZE
+    in_flight = ks.lookup(b"k").value
+    ks.set(b"k", bytearray(MIN_SIZE))
+    assert ks.pool.recycled == 1, "a buffer something else still holds must not be recycled"
+    assert len(in_flight) == MIN_SIZE
