@@ -3,9 +3,8 @@
 The life of a request, in this file:
 
 1. ``get_buffer``/``buffer_updated`` (asyncio ``BufferedProtocol``): the event loop ``recv_into``s memory the
-   parser hands out, so a 32 MiB SET value lands in its final bytearray (``kvd/protocol/parser.py``). A
-   request that arrived whole in one buffer (``kvd/protocol/landing.py``) has its header cut off in
-   ``_trim_landed``, one loop step later, before anything runs.
+   parser hands out, so a 32 MiB SET value lands in its final bytearray (``kvd/protocol/parser.py``), or a
+   whole repeated SET lands in one buffer that becomes its value (``kvd/protocol/landing.py``).
 2. ``_run``: complete commands are executed strictly in order. A handler writes its reply into ``_out`` (a list
    of buffers) and returns None, or returns an awaitable when it needs the disk. Then the pipeline of this
    client is suspended (reading paused) until it completes; other clients carry on.
@@ -76,8 +75,6 @@ class Client(asyncio.BufferedProtocol):
         # BufferedProtocol.get_buffer, called by the event loop before every read: the parser's own method,
         # bound here so each read costs one Python frame less.
         self.get_buffer = self.parser.get_buffer
-        self._landed = self.parser.landed  # values received whole, to be trimmed before their commands run
-        self._trim_scheduled = False
         self.name = b""
         self.lib_name = b""
         self.lib_ver = b""
@@ -151,13 +148,6 @@ class Client(asyncio.BufferedProtocol):
             parsed.clear()
         elif not self._queue and self._protocol_error is None:
             return  # nothing complete yet (a large value still arriving): no batch to end
-        if self._landed:
-            # A request landed whole (kvd/protocol/landing.py): its value still has the header in front, which
-            # can be cut off only once this callback has returned and the loop has released its view.
-            if not self._trim_scheduled:
-                self._trim_scheduled = True
-                asyncio.get_running_loop().call_soon(self._trim_landed)
-            return
         if not self._busy:
             self._run()
         elif self._reading:
@@ -186,19 +176,7 @@ class Client(asyncio.BufferedProtocol):
 
     # -- executing ---------------------------------------------------------------------------------------------
 
-    def _trim_landed(self) -> None:
-        try:
-            self.parser.trim_landed()
-        except BufferError:  # a transport that still holds its view (none seen so far): next loop step
-            asyncio.get_running_loop().call_soon(self._trim_landed)
-            return
-        self._trim_scheduled = False
-        if self._queue and not self._busy and not self._closed:
-            self._run()
-
     def _run(self) -> None:
-        if self._landed:
-            return  # _trim_landed() runs the queue as soon as the landed values are trimmed
         queue = self._queue
         out = self._out
         execute = self._execute

@@ -43,7 +43,7 @@ except ImportError:  # pragma: no cover
 from kvd.store.bufpool import uninitialized
 
 from .errors import DropConnection, ProtocolError
-from .landing import LANDING_MAX, Template
+from .landing import LANDING_MAX, Template, unpinned_view
 
 if TYPE_CHECKING:
     from hiredis import Reader
@@ -140,7 +140,6 @@ class RequestParser:
         "_template",
         "_window",
         "authenticated",
-        "landed",
         "max_bulk",
         "pool",
         "query_limit",
@@ -172,9 +171,6 @@ class RequestParser:
         self._land: bytearray | None = None  # the buffer a whole request is landing in
         self._land_filled = 0
         self._land_header = 0  # the landing request's header length, once all of it matched the template
-        # Landed values whose header is still in front of them, and its length: ``trim_landed()`` must run
-        # (after the read callback has returned) before the commands that carry them execute.
-        self.landed: list[tuple[bytearray, int, int]] = []
 
     # -- the BufferedProtocol side -------------------------------------------------------------------------
 
@@ -184,7 +180,7 @@ class RequestParser:
         ``sizehint`` (asyncio's BufferedProtocol argument) is ignored: the parser knows better what comes next."""
         land = self._land
         if land is not None:
-            return memoryview(land)[self._land_filled :]
+            return unpinned_view(land, self._land_filled)
         big = self._big
         if big is not None:
             if self._big_filled == len(big):  # a declared length above BIG_UPFRONT: grow by doubling
@@ -199,14 +195,13 @@ class RequestParser:
             if (
                 template is not None
                 and self._argc < 0  # between requests
-                and not self.landed  # one untrimmed landing at a time
                 and self.authenticated
                 and template.value_len <= self.max_bulk
                 and template.size <= self.query_limit
             ):
                 land = self._land = uninitialized(template.size)
                 self._land_filled = 0
-                return memoryview(land)
+                return unpinned_view(land, 0)
         elif len(self._buf) - end < BIG_ARG:
             # Slide the unparsed tail to the front. Never resize _buf in place: the event loop may still hold
             # a view of it from the previous read, and a resize with live exports raises BufferError.
@@ -274,16 +269,16 @@ class RequestParser:
         self._land_header = 0
         key_start = land.find(b"\r\n", len(template.prefix), header_len) + 2
         key = bytes(land[key_start : header_len - len(template.suffix)])
-        self.landed.append((land, header_len, value_len))
-        out.append([template.name, key, land])
         extra = filled - end
-        if not extra:
-            return False
-        if extra > len(self._buf):
-            self._buf = bytearray(extra)
-        self._buf[:extra] = memoryview(land)[end:filled]
-        self._start, self._end = 0, extra
-        return True
+        if extra:  # what followed the request (pipelined bytes) goes to the receive buffer before the cut
+            if extra > len(self._buf):
+                self._buf = bytearray(extra)
+            self._buf[:extra] = memoryview(land)[end:filled]
+            self._start, self._end = 0, extra
+        del land[:header_len]  # O(1): CPython advances the bytearray's start
+        del land[value_len:]  # a shrink by the CRLF and the key slack keeps the allocation
+        out.append([template.name, key, land])
+        return bool(extra)
 
     def _abandon_landing(self) -> None:
         """Not the expected request: what landed is parsed by the general path, and landing stays off until the
@@ -298,16 +293,6 @@ class RequestParser:
         else:
             self._buf = land  # most of a request: parse it where it is rather than copy it
         self._start, self._end = 0, filled
-
-    def trim_landed(self) -> None:
-        """Cut the header and the CRLF off every landed value (O(1) each: CPython moves the bytearray's start).
-        Only after the read callback has returned: the event loop holds a view of the buffer until then."""
-        landed = self.landed
-        while landed:
-            buf, header_len, value_len = landed[0]
-            del buf[:header_len]  # BufferError while a view is still held, before any change: call again later
-            del buf[value_len:]
-            landed.pop(0)
 
     # -- parsing ----------------------------------------------------------------------------------------------
 
@@ -474,7 +459,7 @@ class RequestParser:
     def _finish(self, out: list[Args]) -> None:
         args = self._args
         out.append(args)
-        if len(args) == 3 and type(value := args[2]) is bytearray and len(value) <= LANDING_MAX:
+        if len(args) == 3 and type(value := args[2]) is bytearray and len(value) <= LANDING_MAX and unpinned_view:
             # Arm on the second large request of one shape in a row, so that a client whose value sizes vary
             # does not pay for a mismatch on every request.
             shape = (args[0], len(value))

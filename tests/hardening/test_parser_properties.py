@@ -1,8 +1,8 @@
 """Property tests of ``RequestParser``, driven the way the event loop drives a ``BufferedProtocol``.
 
 The loop asks ``get_buffer()`` for memory, ``recv_into``s at most ``len(buffer)`` bytes and reports the count
-to ``feed()``; then the connection trims values that landed whole (``trim_landed()``). ``drive`` does exactly
-that with chunk sizes chosen by the test (or by Hypothesis).
+to ``feed()`` while it still holds the buffer (uvloop releases it only after ``buffer_updated``). ``drive`` does
+exactly that with chunk sizes chosen by the test (or by Hypothesis).
 """
 
 from __future__ import annotations
@@ -40,9 +40,10 @@ def drive(parser: RequestParser, data: bytes, sizes: list[int] | None = None) ->
             i += 1
             n = max(1, min(n, len(buf), len(data) - pos))
             buf[:n] = data[pos : pos + n]
-            buf.release()
+            held = memoryview(buf)  # the event loop's export, held until buffer_updated returns
             parser.feed(n, out)
-            parser.trim_landed()  # what the connection does once the read callback has returned
+            held.release()
+            buf.release()
             pos += n
     except (ProtocolError, DropConnection) as exc:
         exc.parser_commands = [[bytes(a) for a in cmd] for cmd in out]  # type: ignore[attr-defined]
