@@ -131,7 +131,9 @@ class Client(asyncio.BufferedProtocol):
 
     def buffer_updated(self, nbytes: int) -> None:
         self.last_active = _monotonic()
-        self.stats.net_input_bytes += nbytes
+        stats = self.stats
+        stats.net_input_bytes += nbytes
+        stats.reads_processed += 1
         parsed = self._parsed
         try:
             self.parser.feed(nbytes, parsed)
@@ -369,7 +371,9 @@ class Client(asyncio.BufferedProtocol):
                 for part in parts:
                     transport.write(part)
         out.clear()
-        self.stats.net_output_bytes += sent
+        stats = self.stats
+        stats.net_output_bytes += sent
+        stats.writes_processed += 1
         hard = self.server.settings.client_output_buffer_hard_limit
         if hard and transport.get_write_buffer_size() > hard:
             log.warning(

@@ -51,6 +51,8 @@ class ServerStats:
         self.unknown_commands = 0
         self.net_input_bytes = 0
         self.net_output_bytes = 0
+        self.reads_processed = 0  # buffer_updated calls: one per successful read from a client socket
+        self.writes_processed = 0  # reply flushes handed to the transport
         self.auth_failures = 0
         self.output_limit_disconnections = 0
         self.prefix_lookups = 0
@@ -178,6 +180,8 @@ def _stats(s: Server) -> list[tuple[str, object]]:
         ("instantaneous_ops_per_sec", 0),
         ("total_net_input_bytes", st.net_input_bytes),
         ("total_net_output_bytes", st.net_output_bytes),
+        ("total_reads_processed", st.reads_processed),
+        ("total_writes_processed", st.writes_processed),
         ("rejected_connections", st.rejected_connections),
         ("expired_keys", ks.expired_keys),
         ("evicted_keys", ks.evicted_keys),
