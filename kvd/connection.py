@@ -40,6 +40,7 @@ from kvd.commands import COMMANDS
 from kvd.commands.registry import ALIASES, NOAUTH
 from kvd.protocol import errors
 from kvd.protocol.errors import CommandError, DropConnection, ProtocolError
+from kvd.protocol.lowat import ReceiveLowWater
 from kvd.protocol.parser import RequestParser
 from kvd.protocol.reply import Buffer, ReplyWriter
 from kvd.store.keyspace import OutOfMemory
@@ -86,6 +87,7 @@ class Client(asyncio.BufferedProtocol):
         self.close_after_reply = False
         self.transport: asyncio.Transport | None = None
         self._vectored = False  # transport.writelines() is one writev, not a join
+        self._low_water: ReceiveLowWater | None = None  # TCP without TLS: wake once a large value is in
         self._parsed: list[list[Any]] = []
         self._queue: deque[list[Any]] = deque()
         self._busy = False  # a command or the log barrier is being awaited
@@ -114,6 +116,8 @@ class Client(asyncio.BufferedProtocol):
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             _set_keepalive(sock, settings.tcp_keepalive)
+            if transport.get_extra_info("sslcontext") is None:
+                self._low_water = ReceiveLowWater(sock.fileno())
         soft = settings.client_output_buffer_soft_limit
         if soft:
             transport.set_write_buffer_limits(high=soft, low=soft // 2)
@@ -137,6 +141,8 @@ class Client(asyncio.BufferedProtocol):
         parsed = self._parsed
         try:
             self.parser.feed(nbytes, parsed)
+            if self._low_water is not None:
+                self._low_water.follow(self.parser.missing())
         except ProtocolError as exc:
             self._protocol_error = exc
             self._set_reading(False)

@@ -218,6 +218,16 @@ class RequestParser:
         self._offered = len(view)
         return view
 
+    def missing(self) -> int:
+        """Bytes still to come before the large argument being received is complete (its CRLF included), or 0
+        between large arguments. The connection sets the socket's receive low-water mark from it."""
+        if self._big is not None:
+            return self._big_len - self._big_filled + 2
+        if self._land_header:
+            assert self._template is not None
+            return self._land_header + self._template.value_len + 2 - self._land_filled
+        return 0
+
     def feed(self, nbytes: int, out: list[Args]) -> None:
         """Account for ``nbytes`` received into the last buffer and append complete commands to ``out``.
 

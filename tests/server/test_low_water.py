@@ -1,0 +1,98 @@
+"""The receive low-water mark (``kvd/protocol/lowat.py``): a large value that arrives in pieces wakes kvd once
+it is all there, and the mark never holds back anything that is not part of that value: the next small
+request, a client that stops halfway, a client that closes."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from support.raw import encode
+
+PIECES = 6
+
+
+def value(n: int, tag: int = 0) -> bytes:
+    return (bytes([tag]) + bytes(range(255))) * (n // 256) + bytes(n % 256)
+
+
+def reads(r) -> int:
+    return int(r.info("stats")["total_reads_processed"])
+
+
+def send_in_pieces(conn, data: bytes, pieces: int, pause: float) -> None:
+    """The request in ``pieces`` writes ``pause`` apart: without the mark the server wakes for every one."""
+    step = -(-len(data) // pieces)
+    for i in range(0, len(data), step):
+        conn.send(data[i : i + step])
+        time.sleep(pause)
+
+
+@pytest.mark.kvd_only
+@pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
+@pytest.mark.parametrize("size", [300 * 1024, 1024 * 1024, 3 * 1024 * 1024])
+def test_a_value_sent_in_pieces_is_read_in_few_wakeups(server_factory, monkeypatch, loop, size):
+    monkeypatch.setenv("KVD_EVENT_LOOP", loop)
+    srv = server_factory()
+    r = srv.client()
+    rounds = 4
+    pieces = max(PIECES, size // (64 * 1024))  # 64 KiB pieces for the largest: 48 wake-ups without the mark
+    with srv.raw() as conn:
+        for _ in range(3):  # the kernel opens the receive window as data flows; until then it wakes kvd early
+            conn.send(encode("SET", "warm-up", value(size)))
+            assert conn.read_reply() == b"+OK\r\n"
+        before = reads(r)
+        for i in range(rounds):
+            request = encode("SET", f"chunk:{i:04d}", value(size, i))
+            send_in_pieces(conn, request, pieces, pause=0.1 / pieces)
+            assert conn.read_reply() == b"+OK\r\n"
+        per_set = (reads(r) - before - 1) / rounds  # less the INFO request of the second client
+    for i in range(rounds):
+        assert r.get(f"chunk:{i:04d}") == value(size, i)
+    # The header's read, the read when the mark is reached (and a read the event loop makes on its own when a
+    # buffer fills up). Above 1 MiB the mark wakes kvd every 256 KiB, so a 3 MiB value takes up to 12 more.
+    limit = 3 if size <= 1024 * 1024 else 3 + size // (256 * 1024)
+    assert per_set <= limit, f"{per_set} reads per SET of {size} bytes sent in {pieces} pieces"
+
+
+def test_a_small_request_right_after_a_large_value_is_answered(server):
+    """The mark is back at 1 once the value is complete: a PING in the same write, and one sent later, must not
+    wait for bytes that will never come."""
+    size = 512 * 1024
+    with server.raw(timeout=5.0) as conn:
+        conn.send(encode("SET", "k", value(size))[:1000])
+        time.sleep(0.05)  # the header is parsed and the mark set for the rest
+        conn.send(encode("SET", "k", value(size))[1000:] + encode("PING"))
+        assert conn.read_reply() == b"+OK\r\n"
+        assert conn.read_reply() == b"+PONG\r\n"
+        conn.send(encode("GET", "missing"))
+        assert conn.read_reply() in (b"$-1\r\n", b"_\r\n")
+        conn.send(encode("STRLEN", "k"))
+        assert conn.read_reply() == b":%d\r\n" % size
+
+
+def test_a_value_that_stalls_halfway_then_completes_is_stored(server):
+    size = 800 * 1024
+    request = encode("SET", "slow", value(size, 7))
+    with server.raw(timeout=5.0) as conn:
+        conn.send(request[: len(request) // 2])
+        time.sleep(0.3)
+        conn.send(request[len(request) // 2 :])
+        assert conn.read_reply() == b"+OK\r\n"
+    assert server.client().get("slow") == value(size, 7)
+
+
+def test_a_client_that_closes_halfway_through_a_value_is_let_go(server):
+    """The peer's FIN wakes the server whatever the mark: the connection is released, nothing is stored."""
+    r = server.client()
+    baseline = int(r.info("clients")["connected_clients"])
+    conn = server.raw()
+    conn.send(encode("SET", "half", value(2 * 1024 * 1024))[: 700 * 1024])
+    time.sleep(0.1)
+    assert int(r.info("clients")["connected_clients"]) == baseline + 1
+    conn.close()
+    deadline = time.monotonic() + 5
+    while int(r.info("clients")["connected_clients"]) != baseline:
+        assert time.monotonic() < deadline, "the half-sent connection was never noticed closing"
+        time.sleep(0.02)
+    assert r.exists("half") == 0
