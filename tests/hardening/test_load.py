@@ -6,8 +6,12 @@ Keys are ``ld:<client>:<seq>:<len>:<blake2b-16 of the value>``, so any value rea
 own. Each client keeps a model of its own keys: written (acknowledged) and deleted. Without persistence a live
 key may have been evicted (GET -> None); with persistence it must always read back, from RAM or disk.
 
-RSS bound asserted: maxmemory + LARGE_CLIENTS x 4 MiB x 3 (a value being received, one being sent, one in the
-allocator's free lists per large client) + 160 MiB (interpreter, receive buffers of 200 clients, heap slack).
+RSS bound asserted: maxmemory + LARGE_CLIENTS x 4 MiB x 4 + 160 MiB (interpreter, receive buffers of 200
+clients, heap slack). Per large client: a value being received or waiting for the log, the two values of an MGET
+reply being sent (read back from disk when evicted, so outside maxmemory), and one freed value in glibc's free
+lists (after the first free of a large block glibc raises its mmap threshold, so 1-4 MiB values come from the
+heap and their memory is reused, not returned). With 3 per large client the bound was met by 391-435 MiB peaks
+and missed by 468-510 MiB ones, at this commit and the one before it.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ CLIENTS = 200
 LARGE_CLIENTS = 20  # clients that also use 1-4 MiB values; the others use 1-64 KiB
 LOAD_SECONDS = float(os.environ.get("KVD_LOAD_SECONDS", "20"))
 MAXMEMORY = 64 * MiB
-RSS_BOUND = MAXMEMORY + LARGE_CLIENTS * 4 * MiB * 3 + 160 * MiB
+RSS_BOUND = MAXMEMORY + LARGE_CLIENTS * 4 * MiB * 4 + 160 * MiB
 
 
 def make_value(rng: random.Random, size: int) -> bytes:
