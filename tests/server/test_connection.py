@@ -90,6 +90,20 @@ def test_info_sections(server):
     assert r.info("connector") == {"connector_hit_tokens": 256, "connector_load_us": 1000}
 
 
+def test_info_counts_reads_and_writes(server):
+    """``total_reads_processed`` / ``total_writes_processed``: an unpipelined request is one read and one write.
+    Between the two INFO snapshots: the N PINGs, plus the second INFO's read and the first INFO's reply."""
+    r = server.client()
+    n = 25
+    with server.raw() as conn:
+        before = r.info("stats")
+        for _ in range(n):
+            assert conn.command("PING") == b"+PONG\r\n"
+        after = r.info("stats")
+    assert after["total_reads_processed"] - before["total_reads_processed"] == n + 1
+    assert after["total_writes_processed"] - before["total_writes_processed"] == n + 1
+
+
 def test_config_get_set(server):
     r = server.client()
     assert r.config_get("maxmemory-policy") == {"maxmemory-policy": "allkeys-lru"}
