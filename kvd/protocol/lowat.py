@@ -23,9 +23,9 @@ medians; redis-server in the same rounds):
 
 A ``setsockopt`` (about 1 us) each time the mark changes: two or three per argument up to 1 MiB (set, perhaps
 lowered by a read the event loop makes on its own, reset), one more per 256 KiB beyond; none for small
-requests, which pay only the check (about 0.1 us per read). Not used for
-TLS (the socket carries ciphertext the TLS layer may already have buffered, so the count would be wrong) nor
-for Unix sockets (whose ``poll`` ignores the mark).
+requests, which pay only the check (about 0.1 us per read). Not used for TLS (the socket carries ciphertext
+the TLS layer may already have buffered, so the count would be wrong) nor for Unix sockets (whose ``poll``
+ignores the mark).
 """
 
 from __future__ import annotations
