@@ -9,6 +9,12 @@ The ceiling server (``python scripts/bench_lib.py ceiling PORT``) moves the same
 request/response pattern and no work at all: a "SET" is received with ``recv_into`` into one preallocated
 buffer and answered ``+OK``, a "GET" is answered by ``sendall`` of a preallocated buffer. It is what a server
 that does nothing but copy bytes between the socket and memory it already owns could reach on this machine.
+It forks a process per connection, so with several clients it uses every core.
+
+The one-thread ceiling (``python scripts/bench_lib.py ceiling-1t PORT``) answers the same requests from a
+single thread that serves every connection from one ``epoll`` loop, as redis-server and kvd do. With several
+clients it is the most a single-threaded server could move here; the gap between the two ceilings is what
+only more threads or processes could win.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import os
+import selectors
 import signal
 import socket
 import struct
@@ -251,6 +258,97 @@ def ceiling_server(port: int, cap: int, lifetime: float) -> None:
                 os.waitpid(pid, 0)
             except OSError:
                 pass
+
+
+class _CeilConn:
+    """One connection of the one-thread ceiling: reading a header, reading a payload, or writing a reply."""
+
+    __slots__ = ("got", "hdr", "need", "out", "sock")
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.hdr = bytearray(_CEIL_HDR.size)
+        self.got = 0
+        self.need = -1  # payload bytes of the SET being received; -1: reading a header
+        self.out: memoryview | None = None
+
+
+def ceiling_one_thread_server(port: int, cap: int, lifetime: float) -> None:
+    """Every connection served by one thread (non-blocking sockets, one epoll loop); exits after ``lifetime``."""
+    sel = selectors.DefaultSelector()
+    srv = socket.socket()
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("127.0.0.1", port))
+    srv.listen(64)
+    srv.setblocking(False)
+    sel.register(srv, selectors.EVENT_READ, None)
+    mv = memoryview(bytearray(cap))  # every SET lands here, every GET is sent from here
+    ok = memoryview(b"+OK\r\n")
+    deadline = time.monotonic() + lifetime
+
+    def close(c: _CeilConn) -> None:
+        sel.unregister(c.sock)
+        c.sock.close()
+
+    def send(c: _CeilConn) -> None:
+        assert c.out is not None
+        while c.out:
+            try:
+                c.out = c.out[c.sock.send(c.out) :]
+            except BlockingIOError:
+                sel.modify(c.sock, selectors.EVENT_WRITE, c)  # clients send nothing until the reply is in
+                return
+        c.out = None
+        sel.modify(c.sock, selectors.EVENT_READ, c)
+
+    def receive(c: _CeilConn) -> None:
+        while True:
+            if c.need < 0:
+                r = c.sock.recv_into(memoryview(c.hdr)[c.got :])
+                if not r:
+                    return close(c)
+                c.got += r
+                if c.got < len(c.hdr):
+                    continue
+                op, n = _CEIL_HDR.unpack(c.hdr)
+                c.got = 0
+                if n > cap:
+                    return close(c)
+                if op == b"G":
+                    c.out = mv[:n]
+                    return send(c)
+                c.need = n
+            r = c.sock.recv_into(mv[c.got : c.need])
+            if not r:
+                return close(c)
+            c.got += r
+            if c.got == c.need:
+                c.got, c.need, c.out = 0, -1, ok
+                return send(c)
+
+    try:
+        while time.monotonic() < deadline:
+            for key, _ in sel.select(0.5):
+                c = key.data
+                if c is None:
+                    conn, _ = srv.accept()
+                    conn.setblocking(False)
+                    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                    sel.register(conn, selectors.EVENT_READ, _CeilConn(conn))
+                    continue
+                try:
+                    if c.out is not None:
+                        send(c)
+                    else:
+                        receive(c)
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    close(c)
+    finally:
+        for key in list(sel.get_map().values()):
+            key.fileobj.close()  # type: ignore[union-attr]
+        sel.close()
 
 
 # -- machine measurements -------------------------------------------------------------------------------------
@@ -534,5 +632,8 @@ if __name__ == "__main__":
     elif len(sys.argv) >= 3 and sys.argv[1] == "ceiling":
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
         ceiling_server(int(sys.argv[2]), int(sys.argv[3]) if len(sys.argv) > 3 else 80 * MiB, 3600.0)
+    elif len(sys.argv) >= 3 and sys.argv[1] == "ceiling-1t":
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+        ceiling_one_thread_server(int(sys.argv[2]), int(sys.argv[3]) if len(sys.argv) > 3 else 80 * MiB, 3600.0)
     else:
         print(f"memcpy {memcpy_gbps():.1f} GB/s, bytearray(32 MiB) {alloc_gbps():.1f} GB/s (pid {os.getpid()})")

@@ -11,7 +11,8 @@ What runs (all on 127.0.0.1, free ports, every server stopped at the end):
 * servers: redis-server (Debian's; installed with apt if missing), kvd on uvloop, kvd on plain asyncio
   (``KVD_EVENT_LOOP=asyncio``, skip with ``--loops uvloop``), and the *ceiling* server of ``bench_lib.py``
   (moves the same bytes with the same request/response pattern into/out of preallocated buffers, doing nothing
-  else). All with the same persistence (``--persistence off|everysec|always|no``).
+  else; a process per connection) and, for 4 clients, its one-thread twin (one ``epoll`` loop for every
+  connection, as redis-server and kvd have). All with the same persistence (``--persistence off|everysec|always|no``).
 * clients: a raw RESP client (``sendmsg`` of header+value, ``recv_into`` a preallocated buffer), redis-py
   with hiredis (sync, 1 client; asyncio, 4 connections as 4 tasks), redis-benchmark.
 * workloads: SET/GET/MGET of 4 KiB .. 32 MiB with 1 and 4 client processes (raw) for a fixed time each;
@@ -187,16 +188,17 @@ def start_redis(name: str, persistence: str, workdir: Path) -> Server:
     return srv
 
 
-def start_ceiling(workdir: Path, cap: int) -> Server:
+def start_ceiling(workdir: Path, cap: int, name: str = "ceiling") -> Server:
+    """``ceiling``: a process per connection; ``ceiling-1t``: one thread for all (``bench_lib.py``)."""
     port = free_port()
-    log = workdir / "ceiling.log"
+    log = workdir / f"{name}.log"
     with open(log, "wb") as f:
         proc = subprocess.Popen(
-            [PY, str(Path(__file__).with_name("bench_lib.py")), "ceiling", str(port), str(cap)],
+            [PY, str(Path(__file__).with_name("bench_lib.py")), name, str(port), str(cap)],
             stdout=f,
             stderr=subprocess.STDOUT,
         )
-    srv = Server("ceiling", "ceiling", port, proc, log)
+    srv = Server(name, "ceiling", port, proc, log)
     _wait_ready(srv)
     return srv
 
@@ -293,7 +295,7 @@ def flushall(servers: list[Server]) -> None:
 # -- benchmark sections ---------------------------------------------------------------------------------------
 
 
-def bench_values(data: list[Server], ceiling: Server | None, args: argparse.Namespace, out: dict[str, Any]) -> None:
+def bench_values(data: list[Server], ceilings: list[Server], args: argparse.Namespace, out: dict[str, Any]) -> None:
     runs = out["runs"]
     clients = [(c, n) for c, n in (("raw", 1), ("raw", 4), ("redispy", 1), ("redispy-async", 4)) if c in args.clients]
     for size in args.sizes:
@@ -303,8 +305,8 @@ def bench_values(data: list[Server], ceiling: Server | None, args: argparse.Name
         for client, conc in clients:
             for op in OPS:
                 targets: list[Server] = [s for s in data if client == "raw" or s.name in ("redis", "kvd")]
-                if client == "raw" and ceiling is not None:
-                    targets.append(ceiling)
+                if client == "raw":  # the one-thread ceiling only where it differs: several clients
+                    targets += [c for c in ceilings if c.name == "ceiling" or conc > 1]
                 best: dict[str, dict[str, Any]] = {}
                 for _rep in range(args.reps):  # interleaved repetitions; the best one counts (background noise)
                     for srv in targets:
@@ -319,7 +321,7 @@ def bench_values(data: list[Server], ceiling: Server | None, args: argparse.Name
                             min_ops=3,
                             tasks=conc,
                         )
-                        pid = srv.pid if srv.kind != "ceiling" else None
+                        pid = srv.pid if srv.name != "ceiling" else None  # its work is in forked children
                         if client == "redispy-async":
                             res = run_clients(spec, 1, bl.async_worker, pid)
                         else:
@@ -670,8 +672,10 @@ def derive(out: dict[str, Any]) -> None:
         key = {k: r[k] for k in ("client", "op", "size", "conc")}
         red = _find(runs, target="redis", **key)
         ceil = _find(runs, target="ceiling", **key)
+        ceil_1t = _find(runs, target="ceiling-1t", **key)
         r["vs_redis"] = _ratio(r["gbps"], red["gbps"] if red else None)
         r["vs_ceiling"] = _ratio(r["gbps"], ceil["gbps"] if ceil else None)
+        r["vs_ceiling_1t"] = _ratio(r["gbps"], ceil_1t["gbps"] if ceil_1t else None)
         if r["target"] != "kvd":
             uv = _find(runs, target="kvd", **key)
             r["vs_uvloop"] = _ratio(r["gbps"], uv["gbps"] if uv else None)  # vs kvd as it is (uvloop)
@@ -737,7 +741,8 @@ def tables(out: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
     res: list[tuple[str, list[str], list[list[str]]]] = []
     have_async = any(r["target"] == "kvd-asyncio" for r in runs)
     header = ["op", "value", "c", "redis GB/s", "kvd GB/s", "kvd/redis", "ceiling GB/s", "kvd/ceiling"]
-    header += ["redis p50/p99 ms", "kvd p50/p99 ms", "server CPU us/op redis / kvd"]
+    header += ["1-thread ceiling GB/s", "kvd/1-thread ceiling"]
+    header += ["redis p50/p99 ms", "kvd p50/p99 ms", "server CPU us/op redis / kvd / 1-thread ceiling"]
     if have_async:
         header += ["kvd-asyncio GB/s", "asyncio/uvloop"]
     rows = []
@@ -747,6 +752,7 @@ def tables(out: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
                 k = _find(runs, client="raw", target="kvd", op=op, size=size, conc=conc)
                 r = _find(runs, client="raw", target="redis", op=op, size=size, conc=conc)
                 c = _find(runs, client="raw", target="ceiling", op=op, size=size, conc=conc)
+                c1 = _find(runs, client="raw", target="ceiling-1t", op=op, size=size, conc=conc)
                 a = _find(runs, client="raw", target="kvd-asyncio", op=op, size=size, conc=conc)
                 if not (k or r):
                     continue
@@ -754,10 +760,11 @@ def tables(out: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
                 row = [op, label, str(conc)]
                 row += [_fmt(r and r["gbps"], ".3f"), _fmt(k and k["gbps"], ".3f"), _fmt(k and k.get("vs_redis"))]
                 row += [_fmt(c and c["gbps"], ".3f"), _fmt(k and k.get("vs_ceiling"))]
+                row += [_fmt(c1 and c1["gbps"], ".3f"), _fmt(k and k.get("vs_ceiling_1t"))]
                 row += [
                     f"{_fmt(r and r['p50_ms'], '.3g')} / {_fmt(r and r['p99_ms'], '.3g')}",
                     f"{_fmt(k and k['p50_ms'], '.3g')} / {_fmt(k and k['p99_ms'], '.3g')}",
-                    f"{_fmt(r and r.get('srv_cpu_us_op'), '.0f')} / {_fmt(k and k.get('srv_cpu_us_op'), '.0f')}",
+                    " / ".join(_fmt(x and x.get("srv_cpu_us_op"), ".0f") for x in (r, k, *([c1] if c1 else []))),
                 ]
                 if have_async:
                     row += [_fmt(a and a["gbps"], ".3f"), _fmt(a and a.get("vs_uvloop"))]
@@ -1093,10 +1100,10 @@ def main() -> int:
             s = start_kvd(f"kvd+{variant}", "uvloop", args.persistence, workdir, variant)
             servers.append(s)
             data.append(s)
-        ceiling = start_ceiling(workdir, 80 * MiB)
-        servers.append(ceiling)
+        ceilings = [start_ceiling(workdir, 80 * MiB), start_ceiling(workdir, 80 * MiB, "ceiling-1t")]
+        servers += ceilings
         sections = [
-            ("values", "== SET/GET/MGET", lambda: bench_values(data, ceiling, args, out)),
+            ("values", "== SET/GET/MGET", lambda: bench_values(data, ceilings, args, out)),
             ("rb", "== redis-benchmark", lambda: bench_redis_benchmark(data, args, out)),
             ("prefix", "== prefix look-up", lambda: bench_prefix(data, args, out)),
             ("stop", "", lambda: [srv.stop() for srv in servers]),
