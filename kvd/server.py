@@ -19,7 +19,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from kvd.config import Settings
-from kvd.connection import Client
+from kvd.connection import Client, ReplyBatch
 from kvd.stats import ServerStats, render_info
 
 if TYPE_CHECKING:
@@ -37,6 +37,7 @@ class Server:
         self.keyspace = keyspace
         self.recovery = recovery
         self.clients: dict[int, Client] = {}
+        self.replies = ReplyBatch()  # replies written together at the end of each loop iteration
         self.stats = ServerStats()
         self.started_at = time.time()
         self.run_id = os.urandom(20).hex()

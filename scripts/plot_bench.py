@@ -5,8 +5,8 @@
     .venv/bin/python scripts/plot_bench.py [--json docs/bench/results.json] [--out docs/bench]
 
 bench-values.png: SET/GET/MGET throughput per value size, 1 and 4 clients, for redis-server, kvd (uvloop),
-kvd (asyncio) and the loopback ceiling. bench-small.png: redis-benchmark req/s (-d 64, with/without -P 16),
-the 512-key prefix look-up latency and the memory per key.
+kvd (asyncio), the loopback ceiling and (4 clients) the one-thread ceiling. bench-small.png: redis-benchmark
+req/s (-d 64, with/without -P 16), the 512-key prefix look-up latency and the memory per key.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 ROOT = Path(__file__).resolve().parent.parent
-COLORS = {"redis": "#d62728", "kvd": "#1f77b4", "kvd-asyncio": "#7fb3e0", "ceiling": "#999999"}
+COLORS = {"redis": "#d62728", "kvd": "#1f77b4", "kvd-asyncio": "#7fb3e0", "ceiling": "#999999", "ceiling-1t": "#cccccc"}
 MiB, KiB = 1 << 20, 1 << 10
 
 
@@ -39,10 +39,11 @@ def find(rows: list[dict], **kw: object) -> dict | None:
 def plot_values(data: dict, path: Path) -> None:
     runs = [r for r in data["runs"] if r["client"] == "raw"]
     sizes = sorted({r["size"] for r in runs})
-    targets = [t for t in ("redis", "kvd", "kvd-asyncio", "ceiling") if any(r["target"] == t for r in runs)]
     fig, axes = plt.subplots(2, 3, figsize=(16, 8.5), sharey=False)
-    width = 0.8 / max(1, len(targets))
     for row, conc in enumerate((1, 4)):
+        names = ("redis", "kvd", "kvd-asyncio", "ceiling", "ceiling-1t")  # ceiling-1t: only with 4 clients
+        targets = [t for t in names if any(r["target"] == t and r["conc"] == conc for r in runs)]
+        width = 0.8 / max(1, len(targets))
         for col, op in enumerate(("SET", "GET", "MGET")):
             ax = axes[row][col]
             for i, t in enumerate(targets):
@@ -65,7 +66,7 @@ def plot_values(data: dict, path: Path) -> None:
             ax.set_title(f"{op}, {conc} client{'s' if conc > 1 else ''}")
             ax.set_ylabel("GB/s (payload)")
             ax.grid(axis="y", alpha=0.3)
-            if row == 0 and col == 0:
+            if col == 0:
                 ax.legend(fontsize=8)
     m = data["meta"]
     fig.suptitle(
