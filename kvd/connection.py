@@ -48,6 +48,7 @@ from kvd.store.keyspace import OutOfMemory
 
 if TYPE_CHECKING:
     from kvd.server import Server
+    from kvd.stats import ServerStats
 
 log = logging.getLogger("kvd.client")
 
@@ -531,17 +532,19 @@ class ReplyBatch:
     Waiting costs one more loop iteration, which is all loss when an iteration serves one client (a lone
     client, or a few clients sending large values): then replies go out at once, and one in ``PROBE`` is held
     to see whether iterations have become busy again. Only a batch of two or more clients keeps batching on.
-    ``add`` is O(1); a flush is O(clients held).
+    ``add`` is O(1); a flush is O(clients held). INFO kvd ``batched_replies`` counts the clients whose replies
+    left in a batch of two or more.
     """
 
     PROBE = 64
 
-    __slots__ = ("_batching", "_clients", "_countdown")
+    __slots__ = ("_batching", "_clients", "_countdown", "_stats")
 
-    def __init__(self) -> None:
+    def __init__(self, stats: ServerStats) -> None:
         self._clients: list[Client] = []
         self._batching = False
         self._countdown = self.PROBE
+        self._stats = stats
 
     def add(self, client: Client) -> None:
         """Write ``client``'s replies now, or with the others at the end of this iteration."""
@@ -559,6 +562,8 @@ class ReplyBatch:
     def _flush_all(self) -> None:
         clients, self._clients = self._clients, []
         self._batching = len(clients) > 1
+        if self._batching:
+            self._stats.batched_replies += len(clients)
         for client in clients:
             client._flush()
 

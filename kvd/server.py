@@ -37,8 +37,8 @@ class Server:
         self.keyspace = keyspace
         self.recovery = recovery
         self.clients: dict[int, Client] = {}
-        self.replies = ReplyBatch()  # replies written together at the end of each loop iteration
         self.stats = ServerStats()
+        self.replies = ReplyBatch(self.stats)  # replies written together at the end of each loop iteration
         self.started_at = time.time()
         self.run_id = os.urandom(20).hex()
         self.bound_port = settings.port

@@ -53,6 +53,7 @@ class ServerStats:
         self.net_output_bytes = 0
         self.reads_processed = 0  # buffer_updated calls: one per successful read from a client socket
         self.writes_processed = 0  # reply flushes handed to the transport
+        self.batched_replies = 0  # clients whose replies left with others at the end of a loop iteration
         self.auth_failures = 0
         self.output_limit_disconnections = 0
         self.prefix_lookups = 0
@@ -244,6 +245,7 @@ def _kvd(s: Server) -> list[tuple[str, object]]:
         ("misses", st.keyspace_misses),
         ("evicted_keys", st.evicted_keys),
         ("expired_keys", st.expired_keys),
+        ("batched_replies", s.stats.batched_replies),
         ("prefix_lookups", s.stats.prefix_lookups),
         ("prefix_keys_hit", s.stats.prefix_keys_hit),
         ("prefix_keys_missed", s.stats.prefix_keys_missed),

@@ -10,8 +10,14 @@ import socket
 import pytest
 from support.raw import encode
 
+pytestmark = pytest.mark.kvd_only  # INFO kvd batched_replies
+
 CLIENTS = 40
 ROUNDS = 60
+
+
+def _batched(srv) -> int:
+    return int(srv.client().info("kvd")["batched_replies"])
 
 
 def _read_exactly(sock: socket.socket, n: int) -> bytes:
@@ -41,6 +47,7 @@ def test_many_clients_get_their_own_replies_in_order(server_factory, monkeypatch
             s.close()
     r = srv.client()
     assert [int(r.get(f"counter:{i}")) for i in range(CLIENTS)] == [ROUNDS] * CLIENTS
+    assert _batched(srv) > 0, "40 clients sending at once never shared a loop iteration's write"
 
 
 @pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
