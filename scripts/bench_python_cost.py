@@ -1,0 +1,196 @@
+"""kvd's interpreter cost per request: the protocol objects driven in-process, without sockets.
+
+``bench_server.py`` measures kvd as clients see it: kernel copies, wake-ups and Python together. This script
+isolates the last part. It builds the real ``Server``/``Keyspace``/``Client`` objects, hands each client a
+transport that only counts writes, and feeds ready-made requests through ``get_buffer``/``buffer_updated``
+exactly as the event loop would after a ``recv_into``. What it times is therefore parsing, dispatch, the
+command, the RAM tier and the reply path, per request:
+
+* small ``SET``/``GET`` (64 B values, keys drawn from 100 000 like ``redis-benchmark -r 100000``), one request
+  per read (``-P 1``) and 16 per read (``-P 16``), 50 connections, 8 of them served per loop iteration;
+* a repeated large ``SET`` (256 KiB and 1 MiB, 64 keys in rotation), which lands in one buffer
+  (``kvd/protocol/landing.py``). The harness copies each request into the buffer kvd offers, standing in for
+  the kernel's copy; that copy is timed separately into rotating buffers and subtracted.
+
+The loop iteration itself (``await asyncio.sleep(0)``, which also runs the reply flushes that ``ReplyBatch``
+schedules) is timed empty and subtracted too. In the running daemon the same Python costs 2-3x more, because
+it runs with caches the kernel's copies have just flushed (docs/benchmarks.md, "Where the time goes").
+
+    .venv/bin/python scripts/bench_python_cost.py                # every workload, about 10 s
+    .venv/bin/python scripts/bench_python_cost.py --profile      # + the top cProfile entries of each
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import os
+import pstats
+import random
+import sys
+import time
+from collections.abc import Callable
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from kvd.config import load_settings  # after the sys.path line: the repository root
+from kvd.connection import Client
+from kvd.server import Server
+from kvd.store.keyspace import Keyspace
+
+
+class CountingTransport:
+    """The part of a transport kvd's ``Client`` uses; writes are counted and dropped."""
+
+    def __init__(self) -> None:
+        self.writes = 0
+
+    def write(self, data: object) -> None:
+        self.writes += 1
+
+    def writelines(self, parts: object) -> None:
+        self.writes += 1
+
+    def get_extra_info(self, name: str, default: object = None) -> object:
+        return default
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        pass
+
+    def is_closing(self) -> bool:
+        return False
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def make_server() -> Server:
+    settings = load_settings(None, ["--persistence", "no", "--maxmemory", "8gb"])
+    keyspace = Keyspace(maxmemory=settings.maxmemory, policy=settings.maxmemory_policy, seg_log=None)
+    return Server(settings, keyspace)
+
+
+def connect(server: Server, n: int) -> list[tuple[Client, CountingTransport]]:
+    pairs = []
+    for _ in range(n):
+        client, transport = Client(server), CountingTransport()
+        client.connection_made(transport)
+        pairs.append((client, transport))
+    return pairs
+
+
+def deliver(client: Client, data: bytes) -> None:
+    """What the event loop does for bytes that arrived: fill the buffer the client offers, report, repeat."""
+    view = memoryview(data)
+    pos = 0
+    while pos < len(data):
+        buf = client.get_buffer(-1)
+        n = min(len(buf), len(data) - pos)
+        buf[:n] = view[pos : pos + n]
+        client.buffer_updated(n)
+        pos += n
+
+
+def encode(*args: bytes) -> bytes:
+    return b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%b\r\n" % (len(a), a) for a in args)
+
+
+async def timed(reads: list[tuple[Client, bytes]], per_iteration: int, profile: bool) -> tuple[float, float]:
+    """Seconds for delivering every read (``per_iteration`` reads per loop iteration), and for the same number
+    of empty loop iterations."""
+    n_iter = len(reads) // per_iteration
+    start = time.perf_counter()
+    for _ in range(n_iter):
+        await asyncio.sleep(0)
+    empty = time.perf_counter() - start
+    prof = cProfile.Profile() if profile else None
+    if prof:
+        prof.enable()
+    start = time.perf_counter()
+    for i in range(n_iter):
+        for client, data in reads[i * per_iteration : (i + 1) * per_iteration]:
+            deliver(client, data)
+        await asyncio.sleep(0)
+    total = time.perf_counter() - start
+    if prof:
+        prof.disable()
+        pstats.Stats(prof).sort_stats("tottime").print_stats(12)
+    return total, empty
+
+
+async def small(op: bytes, pipeline: int, requests: int, profile: bool) -> float:
+    server = make_server()
+    pairs = connect(server, 50)
+    rnd = random.Random(1)
+    value = b"v" * 64
+
+    def one() -> bytes:
+        key = b"key:%012d" % rnd.randrange(100_000)
+        return encode(b"SET", key, value) if op == b"SET" else encode(b"GET", key)
+
+    for client, _ in pairs:  # GETs find values, SETs overwrite some: redis-benchmark runs SET first
+        deliver(client, b"".join(encode(b"SET", b"key:%012d" % k, value) for k in range(rnd.randrange(2000))))
+    await asyncio.sleep(0)
+    n_reads = requests // pipeline
+    reads = [(pairs[i % len(pairs)][0], b"".join(one() for _ in range(pipeline))) for i in range(n_reads)]
+    await timed(reads[: n_reads // 10], 8, False)  # warm-up
+    total, empty = await timed(reads, 8, profile)
+    assert sum(t.writes for _, t in pairs) >= len(pairs), "no replies were written"
+    return (total - empty) / (n_reads * pipeline)
+
+
+async def large(size: int, requests: int, profile: bool) -> tuple[float, float]:
+    server = make_server()
+    ((client, transport),) = connect(server, 1)
+    value = os.urandom(size)
+    reqs = [encode(b"SET", b"chunk:%d:%d" % (size, k), value) for k in range(64)]
+    reads = [(client, reqs[i % len(reqs)]) for i in range(requests)]
+    await timed(reads[:200], 1, False)  # the second request of one shape arms landing; fill the keys
+    # The stand-in for the kernel's copy, into 64 rotating buffers as landing's fresh buffers are.
+    dests = [bytearray(max(map(len, reqs))) for _ in range(64)]
+    start = time.perf_counter()
+    for i in range(requests):
+        req = reqs[i % 64]
+        memoryview(dests[i % 64])[: len(req)] = req
+    copy = (time.perf_counter() - start) / requests
+    total, empty = await timed(reads, 1, profile)
+    assert transport.writes >= requests, f"{transport.writes} replies for {requests} requests"
+    return (total - empty) / requests - copy, copy
+
+
+async def main(args: argparse.Namespace) -> None:
+    print(f"Python {sys.version.split()[0]}, loop {type(asyncio.get_running_loop()).__module__}")
+    print(f"{'workload':<26} {'us/request':>10}")
+    for pipeline in (1, 16):
+        for op in (b"SET", b"GET"):
+            cost = await small(op, pipeline, 40_000, args.profile)
+            print(f"{op.decode()} 64 B -P {pipeline:<13} {cost * 1e6:10.2f}")
+    for size in (256 << 10, 1 << 20):
+        python, copy = await large(size, 3000 if size <= 256 << 10 else 1000, args.profile)
+        print(f"SET {size >> 10} KiB landed{'':<11} {python * 1e6:10.2f}   (+ {copy * 1e6:.1f} us copy, subtracted)")
+
+
+def run(entry: Callable[[], object]) -> None:
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(entry())  # type: ignore[arg-type]
+    else:
+        uvloop.run(entry())  # type: ignore[arg-type]
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--profile", action="store_true", help="print the top cProfile entries of each workload")
+    parsed = ap.parse_args()
+    run(lambda: main(parsed))
