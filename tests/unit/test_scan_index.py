@@ -1,0 +1,76 @@
+"""ScanIndex: SCAN's guarantees while keys are added and removed between pages, across merges of recent keys."""
+
+from __future__ import annotations
+
+import random
+
+from kvd.store.scan import ScanIndex
+
+
+def test_full_iteration_returns_every_stable_key_once_under_churn() -> None:
+    rnd = random.Random(7)
+    for trial in range(30):
+        index = ScanIndex()
+        live: dict[bytes, int] = {}
+        for i in range(rnd.randrange(0, 400)):
+            key = b"k%d" % i
+            live[key] = index.add(key)
+        ever = set(live)
+        stable = set(live)  # keys present from the first page to the last unless removed below
+        seen: list[bytes] = []
+        cursor, n = 0, 0
+        while True:
+            cursor, keys = index.page(cursor, rnd.randrange(1, 40))
+            seen.extend(keys)
+            for _ in range(rnd.randrange(0, 12)):  # churn between pages: new keys, removals old and recent
+                if live and rnd.random() < 0.45:
+                    key = rnd.choice(sorted(live))
+                    index.remove(live.pop(key))
+                    stable.discard(key)
+                else:
+                    key = b"t%d:%d" % (trial, n)
+                    n += 1
+                    live[key] = index.add(key)
+                    ever.add(key)
+            if cursor == 0:
+                break
+        assert len(seen) == len(set(seen)), "a key came back twice"
+        assert stable <= set(seen), f"missed {sorted(stable - set(seen))[:5]}"
+        assert set(seen) <= ever, "a key that was never added"
+        assert len(index) == len(live)
+
+
+def test_recent_keys_are_visible_to_scan_and_random_key_and_removable() -> None:
+    index = ScanIndex()
+    assert index.page(0, 10) == (0, [])
+    assert index.random_key() is None
+    first = index.add(b"a")
+    assert index.page(0, 10) == (0, [b"a"])  # merged into the sorted index here
+    second = index.add(b"b")  # recent again
+    third = index.add(b"c")
+    index.remove(second)  # removed before any merge: never seen
+    assert len(index) == 2
+    assert index.page(0, 10) == (0, [b"a", b"c"])
+    index.remove(first)  # removed after a merge
+    assert index.page(0, 10) == (0, [b"c"])
+    assert index.random_key() == b"c"
+    index.remove(third)
+    assert len(index) == 0 and index.random_key() is None
+    assert first < second < third
+    index.add(b"d")
+    index.clear()
+    assert len(index) == 0 and index.page(0, 10) == (0, [])
+
+
+def test_cursor_resumes_after_keys_added_past_it() -> None:
+    index = ScanIndex()
+    for i in range(10):
+        index.add(b"%d" % i)
+    cursor, keys = index.page(0, 4)
+    assert keys == [b"0", b"1", b"2", b"3"] and cursor
+    index.add(b"new")  # recent, above every cursor position: returned if the iteration has not finished
+    rest: list[bytes] = []
+    while cursor:
+        cursor, keys = index.page(cursor, 4)
+        rest.extend(keys)
+    assert rest == [b"4", b"5", b"6", b"7", b"8", b"9", b"new"]
