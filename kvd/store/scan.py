@@ -11,13 +11,7 @@ sits at one fixed position that the cursor passes exactly once: the guarantee is
 duplicates never happen. Keys added during the iteration get numbers above every existing one and are returned
 if the cursor has not finished, which SCAN allows.
 
-Adds are the hot path (every new key of a SET) and SCAN is rare, so a new key first goes to ``_recent``, a plain
-dict whose insertion order is already sequence order; the next SCAN page or RANDOMKEY moves what has gathered there
-into the ``SortedDict`` in one ``update`` (a sort of runs that are already sorted). Measured: 0.60 us per add into
-the ``SortedDict`` against 0.10 us into the dict, on the path of 60-70 % of redis-benchmark's SETs.
-
-Complexity (n keys, r added since the last page): add O(1); remove O(1) for a recent key, else O(log n); a SCAN
-page or random key O(log n + count), plus O(r log n) at worst, O(n + r) when r is large, to merge the recent keys.
+Complexity (n keys): add O(log n), remove O(log n), one SCAN page O(log n + count), random key O(log n).
 """
 
 from __future__ import annotations
@@ -28,41 +22,31 @@ from sortedcontainers import SortedDict
 
 
 class ScanIndex:
-    __slots__ = ("_by_seq", "_next_seq", "_recent")
+    __slots__ = ("_by_seq", "_next_seq")
 
     def __init__(self) -> None:
         self._by_seq: SortedDict = SortedDict()
-        self._recent: dict[int, bytes] = {}  # added since the last merge; every seq here is above _by_seq's
         self._next_seq = 1  # 0 is the cursor that starts and ends an iteration
 
     def __len__(self) -> int:
-        return len(self._by_seq) + len(self._recent)
+        return len(self._by_seq)
 
     def add(self, key: bytes) -> int:
         seq = self._next_seq
-        self._next_seq = seq + 1
-        self._recent[seq] = key
+        self._next_seq += 1
+        self._by_seq[seq] = key
         return seq
 
     def remove(self, seq: int) -> None:
-        if self._recent.pop(seq, None) is None:
-            self._by_seq.pop(seq, None)
+        self._by_seq.pop(seq, None)
 
     def clear(self) -> None:
         self._by_seq.clear()
-        self._recent.clear()
-
-    def _merged(self) -> SortedDict:
-        """The whole index in one ``SortedDict``: the recent keys moved in first."""
-        if self._recent:
-            self._by_seq.update(self._recent)
-            self._recent.clear()
-        return self._by_seq
 
     def page(self, cursor: int, count: int) -> tuple[int, list[bytes]]:
         """Up to ``count`` keys from ``cursor`` on, and the cursor to continue from (0 when done)."""
         keys: list[bytes] = []
-        by_seq = self._merged()
+        by_seq = self._by_seq
         last = 0
         for seq in by_seq.irange(minimum=max(cursor, 1)):
             keys.append(by_seq[seq])
@@ -75,7 +59,6 @@ class ScanIndex:
         return (0 if last == by_seq.peekitem(-1)[0] else last + 1), keys
 
     def random_key(self) -> bytes | None:
-        by_seq = self._merged()
-        if not by_seq:
+        if not self._by_seq:
             return None
-        return by_seq.peekitem(random.randrange(len(by_seq)))[1]
+        return self._by_seq.peekitem(random.randrange(len(self._by_seq)))[1]

@@ -1,4 +1,4 @@
-"""ScanIndex: SCAN's guarantees while keys are added and removed between pages, across merges of recent keys."""
+"""ScanIndex: SCAN's guarantees while keys are added and removed between pages."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def test_full_iteration_returns_every_stable_key_once_under_churn() -> None:
         while True:
             cursor, keys = index.page(cursor, rnd.randrange(1, 40))
             seen.extend(keys)
-            for _ in range(rnd.randrange(0, 12)):  # churn between pages: new keys, removals old and recent
+            for _ in range(rnd.randrange(0, 12)):  # churn between pages: new keys, and removals of any key
                 if live and rnd.random() < 0.45:
                     key = rnd.choice(sorted(live))
                     index.remove(live.pop(key))
@@ -40,18 +40,18 @@ def test_full_iteration_returns_every_stable_key_once_under_churn() -> None:
         assert len(index) == len(live)
 
 
-def test_recent_keys_are_visible_to_scan_and_random_key_and_removable() -> None:
+def test_keys_added_and_removed_between_pages() -> None:
     index = ScanIndex()
     assert index.page(0, 10) == (0, [])
     assert index.random_key() is None
     first = index.add(b"a")
-    assert index.page(0, 10) == (0, [b"a"])  # merged into the sorted index here
-    second = index.add(b"b")  # recent again
+    assert index.page(0, 10) == (0, [b"a"])
+    second = index.add(b"b")
     third = index.add(b"c")
-    index.remove(second)  # removed before any merge: never seen
+    index.remove(second)  # removed before any page saw it: never returned
     assert len(index) == 2
     assert index.page(0, 10) == (0, [b"a", b"c"])
-    index.remove(first)  # removed after a merge
+    index.remove(first)  # removed after a page returned it
     assert index.page(0, 10) == (0, [b"c"])
     assert index.random_key() == b"c"
     index.remove(third)
@@ -68,7 +68,7 @@ def test_cursor_resumes_after_keys_added_past_it() -> None:
         index.add(b"%d" % i)
     cursor, keys = index.page(0, 4)
     assert keys == [b"0", b"1", b"2", b"3"] and cursor
-    index.add(b"new")  # recent, above every cursor position: returned if the iteration has not finished
+    index.add(b"new")  # above every cursor position: returned, since the iteration has not finished
     rest: list[bytes] = []
     while cursor:
         cursor, keys = index.page(cursor, 4)
