@@ -13,8 +13,8 @@ The life of a request, in this file:
    or fsynced (``always``), so an acknowledged write survives ``kill -9``. All clients' writes in one loop
    iteration share one ``writev``: group commit. If the write failed, the write replies of that batch become
    ``-MISCONF`` errors.
-4. ``_flush``, at the end of the event-loop iteration (``ReplyBatch``): the replies of every client served in
-   one iteration leave together, as Redis writes them in ``beforeSleep``. Small replies are joined into one
+4. ``flush_replies``, at the end of the event-loop iteration (``ReplyBatch``): the replies of every client served
+   in one iteration leave together, as Redis writes them in ``beforeSleep``. Small replies are joined into one
    ``bytes``; large values go to the transport as the stored object's ``memoryview``, never joined into a new
    buffer, all in one ``writelines`` (one ``writev``) where the transport gathers instead of joining.
 
@@ -203,7 +203,7 @@ class Client(asyncio.BufferedProtocol):
                 self._task = asyncio.ensure_future(self._resume_after(result))
                 return
             if len(out) > 2 and type(out[-2]) is memoryview and not self._log_dirty:
-                self._flush()  # a large value: hand it over now, so flow control sees it before the next one
+                self.flush_replies()  # a large value: hand it over now, so flow control sees it before the next one
         if self._log_dirty:
             self._end_batch()
         else:
@@ -294,7 +294,7 @@ class Client(asyncio.BufferedProtocol):
         self._busy = False
         if not self._closed:
             if not self._log_dirty:
-                self._flush()  # replies of awaited commands go out as they complete (bounded by flow control)
+                self.flush_replies()  # replies of awaited commands go out as they complete (bounded by flow control)
             self._run()
 
     def _end_batch(self) -> None:
@@ -333,19 +333,20 @@ class Client(asyncio.BufferedProtocol):
         if self._reading and not (self._protocol_error or self.close_after_reply or self._eof or self._write_paused):
             self._replies.add(self)  # the common case: replies handed over (now or at the end of the iteration)
             return
-        self._flush()
+        self.flush_replies()
         if self._protocol_error is not None:
             error, self._protocol_error = self._protocol_error, None
             log.info("protocol error from client %s (id=%d): %s", self.addr, self.id, error.message)
             self.reply.error(error.message)
-            self._flush()
+            self.flush_replies()
             self.close_after_reply = True
         if self.close_after_reply or self._eof:
             self._close_after_flush()
         else:
             self._update_reading()
 
-    def _flush(self) -> None:
+    def flush_replies(self) -> None:
+        """Hand the replies written so far to the transport (ReplyBatch calls it for the clients it held)."""
         out = self._out
         if not out or self._closed or self.transport is None:
             out.clear()
@@ -502,7 +503,7 @@ class Client(asyncio.BufferedProtocol):
 
     def _close_after_flush(self) -> None:
         if self.transport is not None and not self._closed:
-            self._flush()  # replies still waiting for the end of the iteration
+            self.flush_replies()  # replies still waiting for the end of the iteration
             self._closed = True
             self.transport.close()  # sends what is buffered, then closes
 
@@ -553,7 +554,7 @@ class ReplyBatch:
             if not self._batching:
                 self._countdown -= 1
                 if self._countdown:
-                    client._flush()
+                    client.flush_replies()
                     return
                 self._countdown = self.PROBE
             asyncio.get_running_loop().call_soon(self._flush_all)
@@ -565,7 +566,7 @@ class ReplyBatch:
         if self._batching:
             self._stats.batched_replies += len(clients)
         for client in clients:
-            client._flush()
+            client.flush_replies()
 
 
 def _writes_vectored(transport: Any) -> bool:

@@ -3,9 +3,9 @@
 Handlers write replies through a ``ReplyWriter`` bound to the connection's protocol version. Small replies are
 built as ``bytes`` (one allocation each). A bulk string of ``BIG_REPLY`` bytes or more is appended as three
 parts, header, ``memoryview(value)`` and CRLF, so the stored value itself is handed to the transport: the
-connection coalesces the small parts and writes large views separately (see ``Connection._flush``), and the
-only copy left is the kernel's. Stored values are never mutated after they are stored, which is what makes
-handing out views safe.
+connection coalesces the small parts and writes large views separately (``Client.flush_replies`` in
+kvd/connection.py), and the only copy left is the kernel's. Stored values are never mutated after they are
+stored, which is what makes handing out views safe.
 
 RESP3 differences handled here: nulls are ``_`` instead of ``$-1``/``*-1``, maps are ``%`` instead of flat
 arrays, sets ``~``, booleans ``#t``/``#f``, doubles ``,``, and verbatim strings ``=`` (used by INFO). Attribute
