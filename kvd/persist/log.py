@@ -11,8 +11,10 @@ Threads and who owns what:
   compaction and unlinks retired segments. FIFO matters: a job queued after a seal sees the seal done.
 * A small **read pool** serves ``read_value`` (preadv into a preallocated bytearray, then verification).
 
-Tickets. Every append gets the next ticket number. ``barrier()`` waits for the current ticket: the writer reports
-the last ticket it wrote (and fsynced, with ``always``), so one report resolves every future up to it. Records
+Tickets. Every append gets the next ticket number. ``when_written(waiter)`` waits for the current ticket (and
+``barrier()`` is the same as a future): the writer reports the last ticket it wrote (and fsynced, with ``always``),
+so one report wakes every waiter up to it, directly, in ticket order; a client's held replies leave in the callback
+that received the report, which for a batch written inline is the very one that wrote it. Records
 appended in one loop iteration are submitted to the writer together from a ``call_soon`` callback: that is the
 group commit, one ``pwritev`` batch (+ one fdatasync for ``always``) for all clients.
 
@@ -107,7 +109,7 @@ class SegmentLog(SegmentLogHooks):
         self._inflight: deque[_Inflight] = deque()
         self._inflight_dead: set[Location] = set()
         self._pending_bytes = 0
-        self._barriers: deque[tuple[int, asyncio.Future[None]]] = deque()
+        self._barriers: deque[tuple[int, Callable[[BaseException | None], None]]] = deque()  # (ticket, waiter)
         self._w_seg = 0  # the writer's last reported position: everything before it is readable
         self._w_end = 0
         self._misconf: str | None = None
@@ -196,7 +198,6 @@ class SegmentLog(SegmentLogHooks):
             self._tail,
             always=self.appendfsync == "always",
             post=loop.call_soon_threadsafe,
-            post_local=loop.call_soon,
             maint=self._maint,
             log=self,
             logger=self.logger,
@@ -354,25 +355,55 @@ class SegmentLog(SegmentLogHooks):
 
     # -- barrier and writer reports (loop thread) --------------------------------------------------------------
 
-    def barrier(self) -> asyncio.Future[None] | None:
+    def when_written(self, waiter: Callable[[BaseException | None], None]) -> bool:
+        """Call ``waiter(None)`` once everything appended so far is written (fsynced with ``always``), or
+        ``waiter(error)`` if it never will be. False, without calling it, if that is already the case.
+
+        The writer's report calls waiters directly, in ticket order: a batch written inline by the loop
+        releases its clients' replies in the same callback, with no future and no extra loop iteration."""
         t = self._ticket
         if t <= self._done_ticket:
-            return None
+            return False
+        assert self._loop is not None
+        if t <= self._failed_upto:
+            self._loop.call_soon(waiter, PersistError(self._misconf or MISCONF_PREFIX + "write failed"))
+        else:
+            self._barriers.append((t, waiter))
+        return True
+
+    def barrier(self) -> asyncio.Future[None] | None:
+        """``when_written`` as a future to await; None if there is nothing to wait for."""
         assert self._loop is not None
         fut: asyncio.Future[None] = self._loop.create_future()
-        if t <= self._failed_upto:
-            fut.set_exception(PersistError(self._misconf or MISCONF_PREFIX + "write failed"))
-            return fut
-        self._barriers.append((t, fut))
-        return fut
+
+        def settle(error: BaseException | None) -> None:
+            if fut.done():
+                return
+            if error is None:
+                fut.set_result(None)
+            else:
+                fut.set_exception(error)
+
+        return fut if self.when_written(settle) else None
+
+    def _wake(self, waiter: Callable[[BaseException | None], None], error: BaseException | None) -> None:
+        try:
+            waiter(error)
+        except Exception:  # one waiter's bug must not keep the others (later clients' replies) waiting
+            self.logger.exception("a write barrier's waiter failed")
 
     def misconf(self) -> str | None:
         return self._misconf
 
     def on_written(self, ticket: int, seg_id: int, end: int) -> None:
+        """The writer's report: every record up to ``ticket`` is in the file, which ends at ``seg_id``@``end``.
+
+        A batch the loop wrote inline reports at once, so it can overtake the thread's report of an earlier batch
+        still waiting in the loop's queue; that one is then stale and ignored (tickets follow log positions)."""
+        if ticket <= self._done_ticket:
+            return
         self._w_seg, self._w_end = seg_id, end
-        if ticket > self._done_ticket:
-            self._done_ticket = ticket
+        self._done_ticket = ticket
         inflight = self._inflight
         while inflight and inflight[0][0] <= ticket:
             entry = inflight.popleft()
@@ -381,9 +412,7 @@ class SegmentLog(SegmentLogHooks):
                 self._inflight_dead.discard(entry[5])
         barriers = self._barriers
         while barriers and barriers[0][0] <= self._done_ticket:
-            fut = barriers.popleft()[1]
-            if not fut.done():
-                fut.set_result(None)
+            self._wake(barriers.popleft()[1], None)
 
     def on_failed(self, seg_id: int, good_end: int, text: str) -> None:
         message = MISCONF_PREFIX + text
@@ -430,13 +459,8 @@ class SegmentLog(SegmentLogHooks):
         self._w_seg, self._w_end = seg_id, good_end
         err = PersistError(message)
         while self._barriers:
-            t, fut = self._barriers.popleft()
-            if fut.done():
-                continue
-            if t <= self._done_ticket:
-                fut.set_result(None)
-            else:
-                fut.set_exception(err)
+            t, waiter = self._barriers.popleft()
+            self._wake(waiter, None if t <= self._done_ticket else err)
         if self.job is not None:
             self.job.aborted = True
         self.logger.error("%s; refusing writes until the disk accepts them again", message)
@@ -614,9 +638,7 @@ class SegmentLog(SegmentLogHooks):
         await asyncio.to_thread(self._join_threads)
         err = PersistError(self._misconf or MISCONF_PREFIX + "log closed")
         while self._barriers:  # only possible after a failure
-            _, fut = self._barriers.popleft()
-            if not fut.done():
-                fut.set_exception(err)
+            self._wake(self._barriers.popleft()[1], err)
         self._close_files()
 
     def _join_threads(self) -> None:

@@ -16,7 +16,7 @@ replaces; larger batches, segment rolls and every ``always`` batch (an fsync) st
 the loop never waits for the disk itself. If
 the thread falls behind, every batch queued meanwhile is merged into the next write: the group commit widens
 under load instead of queueing syscalls. Then it reports the last written ticket back to the loop, which
-resolves the ``barrier()`` futures.
+wakes the barrier's waiters (``SegmentLog.when_written``); a batch written inline reports at once.
 
 fsync policies (what a reply means, since replies wait for the barrier):
 
@@ -90,7 +90,6 @@ class Writer(threading.Thread):
         *,
         always: bool,
         post: Callable[..., Any],
-        post_local: Callable[..., Any] | None = None,
         maint: Executor,
         log: SegmentLogHooks,
         logger: logging.Logger,
@@ -101,7 +100,6 @@ class Writer(threading.Thread):
         self.synced_end = end
         self.always = always
         self.post = post  # loop.call_soon_threadsafe
-        self.post_local = post_local or post  # loop.call_soon, for batches written on the loop itself
         self.maint = maint
         self.hooks = log
         self.logger = logger
@@ -152,8 +150,9 @@ class Writer(threading.Thread):
             if self.queue or self.busy:
                 return False
             self.busy = True
+        report = None
         try:
-            self._process(ops, self.post_local)
+            report, _ = self._process(ops)
         except Exception:
             self.logger.exception("segment writer crashed")
             self._fail(OSError(errno.EIO, "internal writer error"), self.end)
@@ -172,6 +171,8 @@ class Writer(threading.Thread):
                 took * 1000,
                 INLINE_BACKOFF,
             )
+        if report is not None:  # reported now, in the caller's callback: no extra loop iteration
+            self.hooks.on_written(*report)
         return True
 
     # -- the thread --------------------------------------------------------------------------------------------
@@ -183,15 +184,22 @@ class Writer(threading.Thread):
                     self.cond.wait()
                 batch, self.queue = self.queue, []
                 self.busy = True
+            report = stop_cb = None
             try:
-                if self._process(batch):
-                    return
+                report, stop_cb = self._process(batch)
             except Exception:  # a bug here must not silently stop persistence
                 self.logger.exception("segment writer crashed")
                 self._fail(OSError(errno.EIO, "internal writer error"), self.end)
             finally:
                 with self.cond:
                     self.busy = False
+            # Reported once this thread is idle again, so the writes that the released replies bring back can be
+            # written inline (write_inline declines while this thread is busy).
+            if report is not None:
+                self.post(self.hooks.on_written, *report)
+            if stop_cb is not None:
+                self._finish(stop_cb)
+                return
 
     def _pwritev(self, fd: int, bufs: list[memoryview], offset: int) -> int:
         if self.fault is not None:
@@ -222,7 +230,11 @@ class Writer(threading.Thread):
                     bufs[i] = first[n:]
                     n = 0
 
-    def _process(self, batch: list[tuple[Any, ...]], post: Callable[..., Any] | None = None) -> bool:
+    def _process(
+        self, batch: list[tuple[Any, ...]]
+    ) -> tuple[tuple[int, int, int] | None, Callable[[bool], None] | None]:
+        """Write a batch. Returns the report for the loop (last written ticket, segment, end) if it wrote records,
+        and the stop callback if the batch ended with OP_STOP; the caller delivers both."""
         iov: list[memoryview] = []
         staged: bytearray | None = None  # small records packed back to back, not yet in iov
         pending = 0
@@ -305,13 +317,10 @@ class Writer(threading.Thread):
         except OSError as exc:
             self._fail(exc, self.synced_end if self.always else self.end)
             written_ticket = -1
-        if written_ticket >= 0:
-            self.write_batches += 1
-            (post or self.post)(self.hooks.on_written, written_ticket, self.cur.id, self.end)
-        if stop_cb is not None:
-            self._finish(stop_cb)
-            return True
-        return False
+        if written_ticket < 0:
+            return None, stop_cb
+        self.write_batches += 1
+        return (written_ticket, self.cur.id, self.end), stop_cb
 
     def _open_new(self, seg: Segment, pad: int = 0) -> int:
         """Create ``seg``'s file with its header (and a PAD record); returns its end offset."""

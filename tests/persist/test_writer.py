@@ -54,6 +54,44 @@ async def test_barrier_semantics(seg_dir: Path, policy: str) -> None:
     await log.close()
 
 
+async def test_an_inline_write_wakes_its_waiters_in_the_same_callback(seg_dir: Path) -> None:
+    """A batch the loop writes itself releases its waiters there: no future, no extra loop iteration, so a
+    persisted SET's reply is not held back by loop iterations that do nothing."""
+    log, owner, _ = await open_log(seg_dir, appendfsync="everysec")
+    await asyncio.sleep(0.05)
+    assert not log.when_written(lambda error: None)  # nothing pending: nothing to wait for
+    owner.set(b"k", b"v" * 100)
+    woken: list[BaseException | None] = []
+
+    def broken(error: BaseException | None) -> None:
+        raise RuntimeError("a waiter's bug")
+
+    assert log.when_written(broken)
+    assert log.when_written(woken.append)
+    assert woken == []
+    await asyncio.sleep(0)  # one iteration: the submit callback writes the batch and wakes the waiters
+    assert woken == [None]  # the broken waiter before it did not keep it waiting
+    assert sum(p.stat().st_size for p in seg_dir.glob("*.seg")) >= 100
+    await log.close()
+
+
+async def test_a_stale_report_is_ignored(seg_dir: Path) -> None:
+    """The thread's report of an earlier batch can arrive after an inline batch's report: it must not move the
+    written position back (reads of the newer records would wait for a write that already happened)."""
+    log, owner, _ = await open_log(seg_dir, appendfsync="everysec")
+    owner.set(b"a", b"v" * 100)
+    await log.barrier()
+    first = (log._done_ticket, log._w_seg, log._w_end)
+    owner.set(b"b", b"v" * 100)
+    await log.barrier()
+    second = (log._done_ticket, log._w_seg, log._w_end)
+    assert second[0] > first[0] and second[2] > first[2]
+    log.on_written(*first)  # late
+    assert (log._done_ticket, log._w_seg, log._w_end) == second
+    assert log.barrier() is None
+    await log.close()
+
+
 async def test_write_error_misconf_lost_and_resume(seg_dir: Path) -> None:
     log, owner, _ = await open_log(seg_dir, appendfsync="everysec")
     owner.set(b"before", b"b" * 5000, hot=False)
