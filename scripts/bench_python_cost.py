@@ -6,8 +6,9 @@ transport that only counts writes, and feeds ready-made requests through ``get_b
 exactly as the event loop would after a ``recv_into``. What it times is therefore parsing, dispatch, the
 command, the RAM tier and the reply path, per request:
 
-* small ``SET``/``GET`` (64 B values, keys drawn from 100 000 like ``redis-benchmark -r 100000``), one request
-  per read (``-P 1``) and 16 per read (``-P 16``), 50 connections, 8 of them served per loop iteration;
+* small ``SET``/``GET`` (64 B values, keys drawn from 100 000 like ``redis-benchmark -r 100000``, all of them
+  stored first, so a GET finds its value and a SET overwrites one), one request per read (``-P 1``) and 16 per
+  read (``-P 16``), 50 connections, 8 of them served per loop iteration;
 * a repeated 256 KiB ``SET`` (64 keys in rotation), which lands in one buffer
   (``kvd/protocol/landing.py``). The harness copies each request into the buffer kvd offers, standing in for
   the kernel's copy; that copy is timed separately into rotating buffers and subtracted. (Not at 1 MiB: there
@@ -30,6 +31,7 @@ import os
 import pstats
 import random
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 
@@ -39,8 +41,9 @@ from bench_lib import encode  # scripts/ is on sys.path when this runs as a scri
 
 from kvd.config import load_settings  # after the sys.path line: the repository root
 from kvd.connection import Client
+from kvd.persist import SegmentLog
 from kvd.server import Server
-from kvd.store.keyspace import Keyspace
+from kvd.store.keyspace import Keyspace, now_ms
 
 
 class CountingTransport:
@@ -77,9 +80,16 @@ class CountingTransport:
         pass
 
 
-def make_server() -> Server:
+def make_server(log_dir: str | None = None) -> Server:
+    """A server without persistence, or with a real segment log (``appendfsync everysec``) in ``log_dir``."""
     settings = load_settings(None, ["--persistence", "no", "--maxmemory", "8gb"])
-    keyspace = Keyspace(maxmemory=settings.maxmemory, policy=settings.maxmemory_policy, seg_log=None)
+    seg_log = None
+    if log_dir is not None:
+        seg_log = SegmentLog(log_dir, appendfsync="everysec")
+        seg_log.recover(now_ms())
+    keyspace = Keyspace(maxmemory=settings.maxmemory, policy=settings.maxmemory_policy, seg_log=seg_log)
+    if seg_log is not None:
+        seg_log.start(asyncio.get_running_loop(), keyspace)
     return Server(settings, keyspace)
 
 
@@ -123,12 +133,12 @@ async def timed(reads: list[tuple[Client, bytes]], per_iteration: int, profile: 
     total = time.perf_counter() - start
     if prof:
         prof.disable()
-        pstats.Stats(prof).sort_stats("tottime").print_stats(12)
+        pstats.Stats(prof).sort_stats("tottime").print_stats(int(os.environ.get("PROF_N", 12)))
     return total, empty
 
 
-async def small(op: bytes, pipeline: int, requests: int, profile: bool) -> float:
-    server = make_server()
+async def small(op: bytes, pipeline: int, requests: int, profile: bool, log_dir: str | None = None) -> float:
+    server = make_server(log_dir)
     pairs = connect(server, 50)
     rnd = random.Random(1)
     value = b"v" * 64
@@ -137,13 +147,18 @@ async def small(op: bytes, pipeline: int, requests: int, profile: bool) -> float
         key = b"key:%012d" % rnd.randrange(100_000)
         return encode(b"SET", key, value) if op == b"SET" else encode(b"GET", key)
 
-    for client, _ in pairs:  # GETs find values, SETs overwrite some: redis-benchmark runs SET first
-        deliver(client, b"".join(encode(b"SET", b"key:%012d" % k, value) for k in range(rnd.randrange(2000))))
-    await asyncio.sleep(0)
+    # Every key exists, as after redis-benchmark's SET rounds: GETs find their values, SETs overwrite.
+    fill = pairs[0][0]
+    for first in range(0, 100_000, 1000):
+        deliver(fill, b"".join(encode(b"SET", b"key:%012d" % k, value) for k in range(first, first + 1000)))
+        await asyncio.sleep(0)
+    assert len(server.keyspace) == 100_000, "the key space was not filled"
     n_reads = requests // pipeline
     reads = [(pairs[i % len(pairs)][0], b"".join(one() for _ in range(pipeline))) for i in range(n_reads)]
     await timed(reads[: n_reads // 10], 8, False)  # warm-up
     total, empty = await timed(reads, 8, profile)
+    if server.keyspace.log is not None:
+        await server.keyspace.log.close()
     assert sum(t.writes for _, t in pairs) >= len(pairs), "no replies were written"
     return (total - empty) / (n_reads * pipeline)
 
@@ -174,6 +189,10 @@ async def main(args: argparse.Namespace) -> None:
         for op in (b"SET", b"GET"):
             cost = await small(op, pipeline, 40_000, args.profile)
             print(f"{op.decode()} 64 B -P {pipeline:<13} {cost * 1e6:10.2f}")
+    for pipeline in (1, 16):
+        with tempfile.TemporaryDirectory(prefix="kvd-cost-") as log_dir:
+            cost = await small(b"SET", pipeline, 40_000, args.profile, log_dir)
+        print(f"SET 64 B -P {pipeline:<2} everysec    {cost * 1e6:10.2f}")
     for size in (256 << 10,):
         python, copy = await large(size, 3000, args.profile)
         print(f"SET {size >> 10} KiB landed{'':<11} {python * 1e6:10.2f}   (+ {copy * 1e6:.1f} us copy, subtracted)")
