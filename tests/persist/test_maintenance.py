@@ -172,3 +172,34 @@ async def test_flushall_frees_disk(seg_dir: Path) -> None:
     log, owner, _ = await reopen(log, segment_size=SEG)
     assert set(owner.entries) == {b"new"}
     await log.close()
+
+
+async def test_cold_survivors_are_copied_once_not_at_every_generation(seg_dir: Path) -> None:
+    """Values that stay live next to a stream of overwrites: compaction moves them into a segment of their own,
+    so later segments die whole and the cold values are not copied again at each of them."""
+    log, owner, _ = await open_log(seg_dir, segment_size=SEG, compaction_dead_ratio=0.5)
+    model = {}
+    for i in range(6):  # 18 KB of cold values in the first segment, far above SEG / SEPARATE_FRACTION
+        key = b"cold%d" % i
+        model[key] = _val(key, 3000)
+        owner.set(key, model[key])
+    homes: dict[bytes, set[int]] = {key: {owner.entries[key][0].segment} for key in model}
+
+    def compacted() -> bool:  # no job running and no candidate left
+        sealed = [s for s in log._segments.values() if s is not log._active and s.id not in log._retiring]
+        return log.job is None and all(s.ready and s.dead_ratio() < 0.5 for s in sealed)
+
+    for gen in range(8):  # each round overwrites more than a segment's worth, then lets compaction finish
+        for j in range(20):
+            key = b"hot%d" % (j % 2)
+            model[key] = _val(key, 4000, gen * 20 + j)
+            owner.set(key, model[key])
+        await settle(log)
+        await wait_for(compacted, timeout=20)
+        for key in homes:
+            homes[key].add(owner.entries[key][0].segment)
+    assert all(len(segs) <= 2 for segs in homes.values()), homes  # moved once at most, then left alone
+    await _check_all(owner, model)
+    log, owner, _ = await reopen(log, segment_size=SEG)
+    await _check_all(owner, model)
+    await log.close()
