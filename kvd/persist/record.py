@@ -55,6 +55,7 @@ FILE_HDR_SIZE = _FILE_HDR.size + 4  # 24
 REC_MAGIC = b"\xabKVR"
 _REC_HDR = struct.Struct("<4sBBHIIqQQ")
 HDR_SIZE = _REC_HDR.size + 4  # 44
+REC_HDR_FIELDS = _REC_HDR  # the header up to its CRC, for code that walks headers itself (hint_of_written)
 MAX_VALUE = (1 << 32) - 1
 MAX_KEY = (1 << 32) - 1
 
