@@ -24,7 +24,8 @@ writes (copied again later, but no extra files). Segments of many small records 
 the survivors over more segments. Those are still copied at every generation; the fix is to rewrite a segment
 in place (its survivors into a new file with the same id, as Kafka's log cleaner does), not done yet.
 Measured with ``scripts/bench_compaction.py`` (docs/benchmarks.md): 48 MiB of 256 KiB values, then 2 500 SETs
-of 1 MiB over 16 keys: 528 MiB copied by compaction before, 48 MiB after; 1228 -> 840 us of server CPU per SET.
+of 1 MiB over 16 keys: 528-529 MiB copied by compaction before, 48-59 MiB after; 1148-1304 -> 976-1068 us of
+server CPU per SET (two runs each).
 
 Tombstones. A DEL, EXPIRE or FLUSH only matters while an older segment may still hold an earlier SET of the key
 (else it can be dropped). Each segment keeps the hashes of the keys it has SET records for; a tombstone whose

@@ -103,12 +103,17 @@ def fsync_dir(directory: Path) -> None:
 
 
 def encode_hint(seg_id: int, data_len: int, records: list[Record]) -> bytes:
-    parts = [_HINT_HDR.pack(HINT_MAGIC, 1, 0, seg_id, data_len, len(records))]
+    parts = []
     ent = _HINT_ENT.pack
     for r in records:
         parts.append(ent(r.rtype, len(r.key), r.offset, r.record_len, r.value_len, r.expire, r.lsn))
         parts.append(r.key)
-    body = b"".join(parts)
+    return _hint_file(seg_id, data_len, len(records), parts)
+
+
+def _hint_file(seg_id: int, data_len: int, count: int, entries: list[bytes]) -> bytes:
+    """Header, the ``count`` entries (each a packed ``_HINT_ENT`` followed by its key) and the trailing hash."""
+    body = _HINT_HDR.pack(HINT_MAGIC, 1, 0, seg_id, data_len, count) + b"".join(entries)
     return body + _U64.pack(xxhash.xxh3_64_intdigest(body))
 
 
@@ -168,8 +173,12 @@ def hint_of_written(fd: int, seg_id: int, data_len: int) -> bytes | None:
                 if pos + HDR_SIZE > data_len:
                     return None
                 magic, rtype, _flags, _res, klen, vlen, expire, lsn, _csum = unpack(mm, pos)
-                body = pos + REC_HDR_FIELDS.size
-                if magic != REC_MAGIC or rtype not in TYPE_NAMES or zlib.crc32(mv[pos:body]) != crc_at(mm, body)[0]:
+                crc_pos = pos + REC_HDR_FIELDS.size
+                if (
+                    magic != REC_MAGIC
+                    or rtype not in TYPE_NAMES
+                    or zlib.crc32(mv[pos:crc_pos]) != crc_at(mm, crc_pos)[0]
+                ):
                     return None
                 rec_len = HDR_SIZE + klen + vlen
                 if pos + rec_len > data_len:
@@ -180,8 +189,7 @@ def hint_of_written(fd: int, seg_id: int, data_len: int) -> bytes | None:
                 pos += rec_len
         finally:
             mv.release()
-    body = _HINT_HDR.pack(HINT_MAGIC, 1, 0, seg_id, data_len, count) + b"".join(parts)
-    return body + _U64.pack(xxhash.xxh3_64_intdigest(body))
+    return _hint_file(seg_id, data_len, count, parts)
 
 
 def write_hint(seg: Segment, data_len: int, records: list[Record]) -> None:
