@@ -20,6 +20,7 @@ it runs with caches the kernel's copies have just flushed (docs/benchmarks.md, "
 
     .venv/bin/python scripts/bench_python_cost.py                # every workload, about 10 s
     .venv/bin/python scripts/bench_python_cost.py --profile      # + the top cProfile entries of each
+                                                                 # (PROF_N=30 for more than 12)
 """
 
 from __future__ import annotations
@@ -209,6 +210,8 @@ def run(entry: Callable[[], object]) -> None:
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--profile", action="store_true", help="print the top cProfile entries of each workload")
+    ap.add_argument(
+        "--profile", action="store_true", help="print the top cProfile entries of each workload (PROF_N, default 12)"
+    )
     parsed = ap.parse_args()
     run(lambda: main(parsed))

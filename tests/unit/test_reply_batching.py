@@ -1,0 +1,38 @@
+"""When ReplyBatch writes a client's replies: at once for a lone client, at the end of the iteration for replies
+the segment log's report releases (``together``), so those leave back to back."""
+
+from __future__ import annotations
+
+import asyncio
+
+from kvd.connection import ReplyBatch
+from kvd.stats import ServerStats
+
+
+class Held:
+    """Stands in for a Client: ReplyBatch only calls ``flush_replies`` (the batch is what is tested here)."""
+
+    def __init__(self) -> None:
+        self.flushes = 0
+
+    def flush_replies(self) -> None:
+        self.flushes += 1
+
+
+async def test_a_lone_client_is_flushed_at_once() -> None:
+    batch = ReplyBatch(ServerStats())
+    client = Held()
+    batch.add(client)  # type: ignore[arg-type]
+    assert client.flushes == 1
+
+
+async def test_released_replies_leave_together_at_the_end_of_the_iteration() -> None:
+    stats = ServerStats()
+    batch = ReplyBatch(stats)
+    clients = [Held() for _ in range(5)]
+    for client in clients:
+        batch.add(client, together=True)  # type: ignore[arg-type]
+    assert [c.flushes for c in clients] == [0] * 5  # held, not written one by one between releases
+    await asyncio.sleep(0)
+    assert [c.flushes for c in clients] == [1] * 5
+    assert stats.batched_replies == 5
