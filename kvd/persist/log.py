@@ -598,19 +598,27 @@ class SegmentLog(SegmentLogHooks):
         if self._closing or self._loop is None:
             return
         try:
-            if self.job is None and self._misconf is None:
-                self.job = maintenance.pick_job(self)
-                if self.job is not None:
-                    task = self._loop.create_task(maintenance.run_job(self, self.job))
-                    self.job.task = task
-                    task.add_done_callback(self._job_done)
+            self._start_job()
         finally:
             self._tick_handle = self._loop.call_later(TICK_INTERVAL, self._tick)
+
+    def _start_job(self) -> None:
+        assert self._loop is not None
+        if self.job is None and self._misconf is None:
+            self.job = maintenance.pick_job(self)
+            if self.job is not None:
+                task = self._loop.create_task(maintenance.run_job(self, self.job))
+                self.job.task = task
+                task.add_done_callback(self._job_done)
 
     def _job_done(self, task: asyncio.Task[None]) -> None:
         self.job = None
         if not task.cancelled() and task.exception() is not None:
             self.logger.error("segment maintenance failed", exc_info=task.exception())
+        elif not self._closing and self._loop is not None:
+            # The next job starts now, not at the next tick: under a stream of overwrites, one job per tick
+            # fell behind the segments the writer filled (with 1 MiB segments), and disk use grew.
+            self._loop.call_soon(self._start_job)
 
     def disk_bytes(self) -> int:
         return sum(s.size for s in self._segments.values())

@@ -7,9 +7,11 @@ import asyncio
 import random
 from pathlib import Path
 
+import pytest
 from persist_helpers import Owner, now_ms, open_log, reopen, settle, wait_for
 
 from kvd.persist import CorruptRecord
+from kvd.persist import log as log_module
 
 SEG = 64 << 10
 
@@ -202,4 +204,28 @@ async def test_cold_survivors_are_copied_once_not_at_every_generation(seg_dir: P
     await _check_all(owner, model)
     log, owner, _ = await reopen(log, segment_size=SEG)
     await _check_all(owner, model)
+    await log.close()
+
+
+async def test_jobs_follow_each_other_without_waiting_for_the_tick(
+    seg_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One job per 100 ms tick fell behind a stream of overwrites that fills small segments; the next job now
+    starts as soon as one ends. Here the tick never comes: one start must work through every candidate."""
+    monkeypatch.setattr(log_module, "TICK_INTERVAL", 3600.0)
+    log, owner, _ = await open_log(seg_dir, segment_size=SEG, compaction_dead_ratio=0.5)
+    for gen in range(10):  # about 9 segments, each mostly overwritten by the next
+        for i in range(14):
+            owner.set(b"k%02d" % i, _val(b"k", 4000, gen))
+    await settle(log)
+    await wait_for(lambda: all(s.ready for s in log._segments.values() if s is not log._active), timeout=10)
+    assert len(log._segments) >= 8
+    log._start_job()
+
+    def caught_up() -> bool:
+        sealed = [s for s in log._segments.values() if s is not log._active and s.id not in log._retiring]
+        return log.job is None and all(s.ready and s.dead_ratio() < 0.5 for s in sealed)
+
+    await wait_for(caught_up, timeout=10)
+    assert log.stats()["compactions"] >= 6
     await log.close()
