@@ -100,6 +100,7 @@ class SegmentLog(SegmentLogHooks):
         self._tail = FILE_HDR_SIZE
         self._next_lsn = 1
         self._next_seg = 1
+        self._next_key = -1  # Segment.key of the next file a rewrite in place installs (see segment.py)
         self._ticket = 0  # last ticket handed out
         self._done_ticket = 0  # last ticket written (+ fsynced with always)
         self._failed_upto = 0  # tickets in (done, failed_upto] failed
@@ -128,12 +129,14 @@ class SegmentLog(SegmentLogHooks):
         self._tick_handle: asyncio.TimerHandle | None = None
         self._probe_handle: asyncio.TimerHandle | None = None
         self.job: maintenance.Job | None = None
+        self.maint_resume_at = 0.0  # loop time before which no new job starts (after a failed rewrite)
 
         # counters
         self.appended_records = 0
         self.appended_bytes = 0
         self.compactions = 0
         self.compacted_bytes = 0
+        self.rewritten_bytes = 0
         self.disk_evictions = 0
         self.corrupt_reads = 0
         self.lost_records = 0
@@ -544,8 +547,8 @@ class SegmentLog(SegmentLogHooks):
         def forget(_: Any) -> None:
             for seg in segs:
                 self._retiring.discard(seg.id)
-                if self._segments.get(seg.id) is seg:
-                    del self._segments[seg.id]
+                if self._segments.get(seg.key) is seg:
+                    del self._segments[seg.key]
                 seg.doomed = True
                 self._maybe_close(seg)
 
@@ -604,7 +607,7 @@ class SegmentLog(SegmentLogHooks):
 
     def _start_job(self) -> None:
         assert self._loop is not None
-        if self.job is None and self._misconf is None:
+        if self.job is None and self._misconf is None and self._loop.time() >= self.maint_resume_at:
             self.job = maintenance.pick_job(self)
             if self.job is not None:
                 task = self._loop.create_task(maintenance.run_job(self, self.job))
@@ -702,6 +705,7 @@ class SegmentLog(SegmentLogHooks):
             "delayed_fsyncs": self._syncer.delayed_fsyncs if self._syncer else 0,
             "compactions": self.compactions,
             "compacted_bytes": self.compacted_bytes,
+            "rewritten_bytes": self.rewritten_bytes,
             "disk_evictions": self.disk_evictions,
             "corrupt_reads": self.corrupt_reads,
             "write_errors": w.write_errors if w else 0,

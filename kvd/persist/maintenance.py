@@ -6,32 +6,34 @@ pool, so a job never blocks the loop. A job yields to client traffic after every
 writer has more than ``PACE_BYTES`` queued, waits for it to catch up, so copying never starves appends.
 
 Compaction. A sealed segment whose dead ratio (bytes not referenced by the keyspace / record bytes) reaches
-``compaction_dead_ratio`` has its live records appended again at the tail. Each SET is re-validated with
-``owner.live_expire`` right before it is re-appended (the key may have changed while a disk read was in
-flight), carries the key's *current* TTL, takes the value from RAM when ``owner.hot_value`` has it and reads it
-from disk otherwise; the keyspace is then pointed at the copy with ``owner.relocated``. When the copies are
-durable (written, fdatasync'ed, earlier seals done) the segment and its hint are unlinked; reads already in
-flight keep the fd, which is closed when the last one finishes.
+``compaction_dead_ratio`` is compacted. Its survivors are the SETs the keyspace still points at and the
+tombstones that still cancel something older (below).
 
-Cold survivors. Records still live when their segment is compacted are old, and mostly stay live. Appended among
-new writes, they made the new segment a compaction candidate as soon as those writes died, and were copied
-again, at every generation. So when a segment of large values (at most ``SEPARATE_MAX_RECORDS`` records) has
-survivors of at least 1/``SEPARATE_FRACTION`` of a segment, the active segment is rolled before the first copy
-and again after the last: the survivors share a segment only with the client writes that arrive while they are
-copied, and it becomes a candidate again only once they die. Smaller survivor sets are appended among new
-writes (copied again later, but no extra files). Segments of many small records are not separated: copying
-100 000 of them takes long enough that client writes fill the separate segment too, and rolling only spread
-the survivors over more segments. Those are still copied at every generation; the fix is to rewrite a segment
-in place (its survivors into a new file with the same id, as Kafka's log cleaner does), not done yet.
-Measured with ``scripts/bench_compaction.py`` (docs/benchmarks.md): 48 MiB of 256 KiB values, then 2 500 SETs
-of 1 MiB over 16 keys: 528-529 MiB copied by compaction before, 48-59 MiB after; 1148-1304 -> 976-1068 us of
-server CPU per SET (two runs each).
+* **In place** (survivors of at least 1/``IN_PLACE_FRACTION`` of a segment, the usual case): once everything
+  appended so far is durable (so what made the other records dead survives a crash), the survivors are copied
+  verbatim into a new file that replaces the segment under the same id (segment.py, "Rewriting in place"), and
+  the keyspace is pointed at their new offsets, a few hundred keys per loop iteration. No value passes through
+  the interpreter or the writer, and a record keeps its LSN, so recovery's order is exactly what it was. The new
+  file gets a fresh ``Segment.key``: until every key has moved, a location in the old file still reads the old
+  inode through the old ``Segment`` object, and the two can never be confused. Survivors that stay live keep
+  their segment: cold data is copied when its neighbours die, then left alone while it stays live. (Appending
+  survivors at the tail, as kvd did before, copied the same cold records again at every generation:
+  ``scripts/bench_compaction.py``.) If the copy fails (a full disk), nothing has changed, and maintenance
+  pauses for ``RETRY_AFTER_FAILURE`` seconds; client writes are not affected.
+* **Carried forward** (fewer survivors): each live SET is appended again at the tail, re-validated with
+  ``owner.live_expire`` right before (the key may have changed while a disk read was in flight), with the
+  key's *current* TTL, its value from RAM when ``owner.hot_value`` has it and from disk otherwise; the keyspace
+  is then pointed at the copy with ``owner.relocated``. When the copies are durable (written, fdatasync'ed,
+  earlier seals done) the segment and its hint are unlinked; reads already in flight keep the fd, which is
+  closed when the last one finishes. This threshold bounds the number of files: a file written in place holds
+  at least 1/64 of a segment, and it is compacted again once half of it is dead, so a sealed segment that is
+  not a candidate holds at least 1/128 of a segment of live data: at most 128 x live / segment_size of them.
 
 Tombstones. A DEL, EXPIRE or FLUSH only matters while an older segment may still hold an earlier SET of the key
 (else it can be dropped). Each segment keeps the hashes of the keys it has SET records for; a tombstone whose
-key hash appears in an older live segment (any older segment, for FLUSH) is carried forward *with its original
-LSN*, so it still cancels the old SET on restart but can never cancel a newer one (recovery applies records in
-LSN order). Hash collisions only carry an unneeded tombstone.
+key hash appears in an older live segment (any older segment, for FLUSH) is kept: in place, or carried forward
+*with its original LSN*, so it still cancels the old SET on restart but can never cancel a newer one (recovery
+applies records in LSN order). Hash collisions only keep an unneeded tombstone.
 
 Disk budget (``max_disk`` > 0). When segment bytes exceed the budget, a compaction candidate goes first (dead
 bytes are free to reclaim); if there is none, the *oldest* sealed segment is retired:
@@ -46,20 +48,22 @@ only the active segment exists it is rolled first so it can be retired. ``max_di
 from __future__ import annotations
 
 import asyncio
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .base import CorruptRecord, Location, PersistError
-from .record import DEL, EXPIRE, FILE_HDR_SIZE, FLUSH, SET
-from .segment import Segment, list_records
+from .record import DEL, EXPIRE, FILE_HDR_SIZE, FLUSH, SET, Record
+from .segment import Segment, list_records, rewrite
 
 if TYPE_CHECKING:
     from .log import SegmentLog
 
 PACE_BYTES = 64 << 20
-YIELD_EVERY = 32
-SEPARATE_FRACTION = 64  # survivors of at least 1/64 of a segment (4 MiB of 256) get a segment of their own ...
-SEPARATE_MAX_RECORDS = 4096  # ... if their segment is one of large values (see "Cold survivors")
+YIELD_EVERY = 32  # records carried forward between yields to client traffic (each may read a value from disk)
+SCAN_YIELD_EVERY = 512  # records checked (or moved in the index) between yields: a dict look-up each
+IN_PLACE_FRACTION = 64  # survivors of at least 1/64 of a segment (4 MiB of 256) are rewritten in place
+RETRY_AFTER_FAILURE = 10.0  # seconds without maintenance after a rewrite failed (a full disk, most likely)
 
 
 @dataclass
@@ -90,31 +94,128 @@ def pick_job(log: SegmentLog) -> Job | None:
 
 async def run_job(log: SegmentLog, job: Job) -> None:
     loop = log._loop
+    assert loop is not None
+    seg = job.seg
+    records = await loop.run_in_executor(log._maint, list_records, seg)
+    if job.mode == "compact":
+        keep = await _survivors(log, job, records)
+        if keep is None:
+            return
+        if sum(r.record_len for r in keep) >= log.segment_size // IN_PLACE_FRACTION:
+            await _rewrite_in_place(log, job, keep)
+            return
+        records = keep
+    await _carry_forward(log, job, records)
+
+
+def _stop(log: SegmentLog, job: Job) -> bool:
+    return job.aborted or log._refusing()
+
+
+async def _survivors(log: SegmentLog, job: Job, records: list[Record]) -> list[Record] | None:
+    """The records compaction must keep, in file order: live SETs and the tombstones that still cancel something
+    older (see "Tombstones"). None if the job was aborted meanwhile."""
+    owner = log._owner
+    assert owner is not None
+    seg = job.seg
+    older = [s for s in log._segments.values() if s.id < seg.id and s.id not in log._retiring]
+    keep: list[Record] = []
+    for n, r in enumerate(records):
+        if n % SCAN_YIELD_EVERY == SCAN_YIELD_EVERY - 1:
+            await asyncio.sleep(0)
+        if r.rtype == SET:
+            if owner.live_expire(r.key, Location(seg.key, r.offset, r.record_len, r.value_len)) is not None:
+                keep.append(r)
+        elif r.rtype in (DEL, EXPIRE):
+            h = hash(r.key)
+            if any(h in s.set_keys for s in older):
+                keep.append(r)
+        elif r.rtype == FLUSH and older:
+            keep.append(r)
+    return None if _stop(log, job) else keep
+
+
+async def _rewrite_in_place(log: SegmentLog, job: Job, keep: list[Record]) -> None:
+    """Replace the segment's file by its survivors (segment.py, "Rewriting in place"), then point the keyspace at
+    them. Only the file changes: every record keeps its LSN and its place in recovery's order."""
+    loop = log._loop
     owner = log._owner
     assert loop is not None and owner is not None
     seg = job.seg
-    records = await loop.run_in_executor(log._maint, list_records, seg)
+    # Every record left out is dead because of a later record (or its TTL). Those must be on disk before the
+    # segment stops holding the older ones, or a crash could lose a key whose overwrite was not yet fsynced.
+    if not await log.durable() or _stop(log, job):
+        return
+    ranges: list[tuple[int, int]] = []
+    for r in keep:  # adjacent records are copied as one range
+        if ranges and sum(ranges[-1]) == r.offset:
+            ranges[-1] = (ranges[-1][0], ranges[-1][1] + r.record_len)
+        else:
+            ranges.append((r.offset, r.record_len))
+    try:
+        done = await loop.run_in_executor(log._maint, rewrite, seg, ranges, lambda: job.aborted)
+    except OSError as exc:
+        log.maint_resume_at = loop.time() + RETRY_AFTER_FAILURE
+        log.logger.warning(
+            "rewriting %s failed (%s); it stays as it was, compaction resumes in %.0f s",
+            seg.path.name,
+            exc.strerror or exc,
+            RETRY_AFTER_FAILURE,
+        )
+        return
+    if done is None:
+        return
+    fd, size = done
+    if log._segments.get(seg.key) is not seg or seg.id in log._retiring:
+        os.close(fd)  # FLUSHALL retired the segment meanwhile: its unlink removes the new file too
+        return
+    new = Segment(log.directory, seg.id, size, key=log._next_key)
+    log._next_key -= 1
+    new.fd = fd
+    new.sealed = new.ready = True
+    # Both files stay registered while the keyspace moves over: a key not moved yet still reads the old inode.
+    seg.ready = False
+    log._segments[new.key] = new
+    log.compactions += 1
+    log.rewritten_bytes += size - FILE_HDR_SIZE
+    offset = FILE_HDR_SIZE
+    for n, r in enumerate(keep):
+        if n % SCAN_YIELD_EVERY == SCAN_YIELD_EVERY - 1:
+            await asyncio.sleep(0)
+            if seg.id in log._retiring:  # FLUSHALL: every key is gone; both objects are being retired
+                break
+        if r.rtype == SET:
+            new.set_keys.add(hash(r.key))
+            old_loc = Location(seg.key, r.offset, r.record_len, r.value_len)
+            if owner.live_expire(r.key, old_loc) is not None:
+                owner.relocated(r.key, old_loc, Location(new.key, offset, r.record_len, r.value_len))
+                new.live += r.record_len
+                seg.live = max(0, seg.live - r.record_len)
+        offset += r.record_len
+    if log._segments.get(seg.key) is seg:
+        del log._segments[seg.key]
+    seg.doomed = True
+    log._maybe_close(seg)
+    log.logger.info("compacted segment %s in place (%d of its records kept, %d bytes)", seg.path.name, len(keep), size)
+
+
+async def _carry_forward(log: SegmentLog, job: Job, records: list[Record]) -> None:
+    """Append the segment's live records again at the tail, then retire it (few survivors, or the disk budget)."""
+    loop = log._loop
+    owner = log._owner
+    assert loop is not None and owner is not None
+    seg = job.seg
     older = [s for s in log._segments.values() if s.id < seg.id and s.id not in log._retiring]
-
     carried = 0
-    # Survivors worth a segment of their own get one: the active segment is rolled before the first copy and
-    # after the last, so they do not share a segment with new writes. Mixed in with those, the same cold records
-    # were copied again at every compaction of every later segment (see "Cold survivors" above).
-    separate = len(records) <= SEPARATE_MAX_RECORDS and seg.live >= log.segment_size // SEPARATE_FRACTION
-    rolled = False
-
-    def stop() -> bool:
-        return job.aborted or log._refusing()
-
     for n, r in enumerate(records):
-        if stop():
+        if _stop(log, job):
             return
         if n % YIELD_EVERY == YIELD_EVERY - 1:
             await asyncio.sleep(0)
-            if stop():
+            if _stop(log, job):
                 return
         if r.rtype == SET:
-            loc = Location(seg.id, r.offset, r.record_len, r.value_len)
+            loc = Location(seg.key, r.offset, r.record_len, r.value_len)
             expire = owner.live_expire(r.key, loc)
             if expire is None:
                 continue
@@ -132,14 +233,11 @@ async def run_job(log: SegmentLog, job: Job) -> None:
                         owner.dropped(r.key, loc)
                         seg.live = max(0, seg.live - r.record_len)
                     continue
-                if stop():
+                if _stop(log, job):
                     return
                 expire = owner.live_expire(r.key, loc)
                 if expire is None:
                     continue
-            if separate and not rolled:
-                log.roll_if_used()
-                rolled = True
             new = log._append(SET, r.key, value, expire, carried_from=loc)
             assert new is not None
             owner.relocated(r.key, loc, new)
@@ -159,10 +257,8 @@ async def run_job(log: SegmentLog, job: Job) -> None:
                 log._append(r.rtype, r.key, b"", r.expire, lsn=r.lsn)
         elif r.rtype == FLUSH and older:
             log._append(FLUSH, b"", b"", 0, lsn=r.lsn)
-    if stop():
+    if _stop(log, job):
         return
-    if rolled:
-        log.roll_if_used()
     if not await log.durable() or job.aborted:
         return
     await log.retire([seg])

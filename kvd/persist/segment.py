@@ -17,20 +17,33 @@ them a moment ago), so the writer keeps no per-record state in RAM while it appe
 One fd per segment, opened O_RDWR for the active one and O_RDONLY for sealed ones, serves every pread. It is
 closed only when the segment has been unlinked *and* no read is in flight (``Segment.readers``), so a GET that
 raced with compaction still reads the old, intact bytes.
+
+Rewriting in place (``rewrite``, compaction's main path, see maintenance.py). The records a sealed segment keeps
+are copied verbatim, in file order, into ``<id>.seg.tmp`` (``copy_file_range``: the bytes never enter the
+process), which is fdatasync'ed and given its hint (``<id>.hint.tmp``, fsynced). Then the old hint is unlinked,
+the new file renamed over the segment, the new hint renamed over the hint, and the directory fsynced. A record
+keeps its LSN, checksum and relative order, so recovery folds the new file exactly as it folded the old one,
+minus the records compaction dropped. A crash between any two steps leaves one of: the old segment with its
+hint, the old segment without a hint (scanned), the new segment without a hint (scanned), or the new segment
+with its hint; a stale hint is never used because its data length no longer matches (and if nothing was
+dropped, the two files are the same bytes). Leftover ``.tmp`` files are removed by recovery. The old file's
+inode stays open (and readable) through its ``Segment`` object until the last read that started on it ends.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import mmap
 import os
 import struct
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 
 import xxhash
 
-from .record import FILE_HDR_SIZE, HDR_SIZE, REC_HDR_FIELDS, REC_MAGIC, TYPE_NAMES, Record, scan
+from .record import FILE_HDR_SIZE, HDR_SIZE, REC_HDR_FIELDS, REC_MAGIC, TYPE_NAMES, Record, encode_file_header, scan
 
 HINT_MAGIC = b"KVDHINT\n"
 _HINT_HDR = struct.Struct("<8sHHQQQ")
@@ -56,6 +69,7 @@ class Segment:
         "fd",
         "hint_path",
         "id",
+        "key",
         "live",
         "path",
         "readers",
@@ -65,8 +79,11 @@ class Segment:
         "size",
     )
 
-    def __init__(self, directory: Path, seg_id: int, size: int = FILE_HDR_SIZE) -> None:
-        self.id = seg_id
+    def __init__(self, directory: Path, seg_id: int, size: int = FILE_HDR_SIZE, key: int | None = None) -> None:
+        self.id = seg_id  # the file's name and its place in recovery's order
+        # What a Location's ``segment`` names: the id, except for a file that replaced its segment by a rewrite in
+        # place, which gets a fresh negative key so that locations in the old file and in the new one never mix.
+        self.key = seg_id if key is None else key
         self.path = directory / seg_name(seg_id)
         self.hint_path = directory / hint_name(seg_id)
         self.fd = -1
@@ -196,9 +213,17 @@ def write_hint(seg: Segment, data_len: int, records: list[Record]) -> None:
     _write_hint_bytes(seg, encode_hint(seg.id, data_len, records))
 
 
-def _write_hint_bytes(seg: Segment, data: bytes) -> None:
-    tmp = seg.hint_path.with_suffix(".hint.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+def _hint_of(fd: int, seg_id: int, data_len: int) -> bytes:
+    data = hint_of_written(fd, seg_id, data_len)
+    return data if data is not None else encode_hint(seg_id, data_len, scan_headers(fd, data_len))
+
+
+def _tmp_path(path: Path) -> Path:
+    return path.with_name(path.name + ".tmp")
+
+
+def _write_synced(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         view = memoryview(data)
         while view:
@@ -206,8 +231,69 @@ def _write_hint_bytes(seg: Segment, data: bytes) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _write_hint_bytes(seg: Segment, data: bytes) -> None:
+    tmp = _tmp_path(seg.hint_path)
+    _write_synced(tmp, data)
     os.replace(tmp, seg.hint_path)
     fsync_dir(seg.path.parent)
+
+
+def copy_range(src: int, dst: int, src_off: int, dst_off: int, count: int) -> None:
+    """Copy ``count`` bytes between files at the given offsets: ``copy_file_range`` (in the kernel, no copy
+    through this process), or pread/pwrite where the file system does not support it."""
+    while count:
+        try:
+            n = os.copy_file_range(src, dst, count, src_off, dst_off)
+        except OSError as exc:
+            if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+                raise
+            n = -1
+        if n < 0:
+            buf = os.pread(src, min(count, 8 << 20), src_off)
+            n = os.pwrite(dst, buf, dst_off) if buf else 0
+        if n == 0:
+            raise OSError(errno.EIO, f"unexpected end of file copying {count} bytes at offset {src_off}")
+        src_off += n
+        dst_off += n
+        count -= n
+
+
+def rewrite(seg: Segment, ranges: list[tuple[int, int]], aborted: Callable[[], bool]) -> tuple[int, int] | None:
+    """Replace a sealed segment's file by one holding only ``ranges`` (offset, length) of it, in that order
+    (see "Rewriting in place" above). Runs in the maintenance thread. Returns the new file's fd (read-only) and
+    size; None, with nothing changed, if ``aborted()`` says so before the switch; OSError, with nothing changed
+    either, if a step before the switch fails. Once the new file has replaced the old one, a failure to install
+    its hint is ignored: the segment is right, and the next start scans it."""
+    tmp = _tmp_path(seg.path)
+    hint_tmp = _tmp_path(seg.hint_path)
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    switched = False
+    try:
+        os.pwrite(fd, encode_file_header(seg.id), 0)
+        size = FILE_HDR_SIZE
+        for offset, length in ranges:
+            copy_range(seg.fd, fd, offset, size, length)
+            size += length
+        os.fdatasync(fd)
+        _write_synced(hint_tmp, _hint_of(fd, seg.id, size))
+        if aborted():
+            return None
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(seg.hint_path)
+        os.replace(tmp, seg.path)
+        switched = True
+        with contextlib.suppress(OSError):  # without it the new segment is scanned at the next start: still right
+            os.replace(hint_tmp, seg.hint_path)
+            fsync_dir(seg.path.parent)
+        return os.open(seg.path, os.O_RDONLY), size
+    finally:
+        os.close(fd)
+        if not switched:
+            for path in (tmp, hint_tmp):
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
 
 
 def scan_headers(fd: int, data_len: int) -> list[Record]:
@@ -235,10 +321,7 @@ def seal(seg: Segment, data_len: int, do_fsync: bool = True) -> None:
     """Make a segment immutable on disk: fsync it, then write its hint."""
     if do_fsync:
         os.fdatasync(seg.fd)
-    data = hint_of_written(seg.fd, seg.id, data_len)
-    if data is None:
-        data = encode_hint(seg.id, data_len, scan_headers(seg.fd, data_len))
-    _write_hint_bytes(seg, data)
+    _write_hint_bytes(seg, _hint_of(seg.fd, seg.id, data_len))
 
 
 def read_exact_into(fd: int, bufs: list[memoryview], offset: int) -> int:

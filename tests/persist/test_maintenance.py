@@ -4,13 +4,19 @@ deleted keys never come back, reads racing with compaction still work."""
 from __future__ import annotations
 
 import asyncio
+import errno
+import os
 import random
+import shutil
+import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from persist_helpers import Owner, now_ms, open_log, reopen, settle, wait_for
 
-from kvd.persist import CorruptRecord
+from kvd.persist import CorruptRecord, SegmentLog, maintenance, segment
 from kvd.persist import log as log_module
 
 SEG = 64 << 10
@@ -49,7 +55,12 @@ async def test_compaction_reclaims_dead_space(seg_dir: Path) -> None:
     await log.close()
 
 
-async def test_deleted_key_does_not_resurrect_after_compaction(seg_dir: Path) -> None:
+@pytest.mark.parametrize("path", ["in_place", "carry_forward"])
+async def test_deleted_key_does_not_resurrect_after_compaction(
+    seg_dir: Path, path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if path == "carry_forward":  # survivors of less than a whole segment are carried, not rewritten in place
+        monkeypatch.setattr(maintenance, "IN_PLACE_FRACTION", 1)
     log, owner, _ = await open_log(seg_dir, segment_size=SEG, compaction_dead_ratio=0.5)
     model: dict[bytes, bytes] = {}
     far = now_ms() + 3_600_000
@@ -83,7 +94,11 @@ async def test_deleted_key_does_not_resurrect_after_compaction(seg_dir: Path) ->
         owner.set(key, model[key])
     await settle(log)
     tomb_file = seg_dir / f"{tomb_seg:010d}.seg"
-    await wait_for(lambda: not tomb_file.exists(), timeout=20)
+    if path == "carry_forward":
+        await wait_for(lambda: not tomb_file.exists(), timeout=20)
+    else:  # the tombstones and the live records stay where they are, in a file of their own
+        await wait_for(lambda: log.stats()["rewritten_bytes"] > 0, timeout=20)
+        assert tomb_file.stat().st_size < SEG // 2
     assert (seg_dir / f"{first:010d}.seg").exists()
     await _check_all(owner, model)
     for _ in range(2):
@@ -126,7 +141,14 @@ async def test_disk_budget(seg_dir: Path) -> None:
     await log.close()
 
 
-async def test_reads_race_with_compaction(seg_dir: Path) -> None:
+@pytest.mark.parametrize("path", ["in_place", "carry_forward"])
+async def test_reads_race_with_compaction(seg_dir: Path, path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Readers hammer the survivors while their segments are compacted. In place, the keyspace moves over a
+    few keys per loop iteration here, so reads land on both files while both are registered."""
+    if path == "carry_forward":
+        monkeypatch.setattr(maintenance, "IN_PLACE_FRACTION", 1)
+    else:
+        monkeypatch.setattr(maintenance, "SCAN_YIELD_EVERY", 2)
     log, owner, _ = await open_log(seg_dir, segment_size=4 << 20, compaction_dead_ratio=0.3)
     model = {}
     for i in range(24):
@@ -158,6 +180,7 @@ async def test_reads_race_with_compaction(seg_dir: Path) -> None:
     await asyncio.gather(*tasks)
     assert not errors
     assert reads > len(model)
+    assert (log.stats()["rewritten_bytes"] > 0) == (path == "in_place")
     await log.close()
 
 
@@ -177,11 +200,12 @@ async def test_flushall_frees_disk(seg_dir: Path) -> None:
 
 
 async def test_cold_survivors_are_copied_once_not_at_every_generation(seg_dir: Path) -> None:
-    """Values that stay live next to a stream of overwrites: compaction moves them into a segment of their own,
-    so later segments die whole and the cold values are not copied again at each of them."""
+    """Values that stay live next to a stream of overwrites: compaction rewrites their segment in place once,
+    then leaves them alone; later segments die whole and the cold values are not copied again at each of them
+    (appended among new writes, as kvd once did, they were)."""
     log, owner, _ = await open_log(seg_dir, segment_size=SEG, compaction_dead_ratio=0.5)
     model = {}
-    for i in range(6):  # 18 KB of cold values in the first segment, far above SEG / SEPARATE_FRACTION
+    for i in range(6):  # 18 KB of cold values in the first segment, far above SEG / IN_PLACE_FRACTION
         key = b"cold%d" % i
         model[key] = _val(key, 3000)
         owner.set(key, model[key])
@@ -205,6 +229,192 @@ async def test_cold_survivors_are_copied_once_not_at_every_generation(seg_dir: P
     log, owner, _ = await reopen(log, segment_size=SEG)
     await _check_all(owner, model)
     await log.close()
+
+
+async def _one_dead_segment(seg_dir: Path, **kwargs: object) -> tuple[SegmentLog, Owner, dict[bytes, bytes], int]:
+    """A log whose first segment holds cold keys, a deleted key and overwritten keys: about 70 % dead, a
+    candidate for a rewrite in place. Returns (log, owner, model, the first segment's id)."""
+    log, owner, _ = await open_log(seg_dir, segment_size=SEG, **kwargs)
+    model: dict[bytes, bytes] = {}
+    for i in range(12):
+        key = b"k%02d" % i
+        model[key] = _val(key, 4000)
+        owner.set(key, model[key], hot=i % 2 == 0)
+    first = owner.entries[b"k00"][0].segment
+    owner.delete(b"k01")
+    del model[b"k01"]
+    for i in range(2, 10):
+        key = b"k%02d" % i
+        model[key] = _val(key, 4000, 1)
+        owner.set(key, model[key])
+    for j in range(16):  # the overwrites and these roll the first segment, which is then sealed
+        key = b"fill%02d" % j
+        model[key] = _val(key, 4000)
+        owner.set(key, model[key])
+    await settle(log)
+    return log, owner, model, first
+
+
+async def test_a_crash_at_any_step_of_a_rewrite_loses_nothing(seg_dir: Path, tmp_path: Path) -> None:
+    """Snapshot the directory before and after each rename/unlink of the rewrite (what a crash at that moment
+    leaves on disk), then recover every snapshot: each holds exactly the data, and no temporary file survives."""
+    log, owner, model, first = await _one_dead_segment(seg_dir, compaction_dead_ratio=0.5)
+    stem = f"{first:010d}."
+    snapshots: list[Path] = []
+    real_replace, real_unlink = os.replace, os.unlink
+
+    def snap() -> None:
+        dest = tmp_path / f"crash{len(snapshots)}"
+        shutil.copytree(seg_dir, dest, ignore=shutil.ignore_patterns("LOCK"))
+        snapshots.append(dest)
+
+    rewriting = threading.Event()  # only the rewrite's own steps (the segment's seal renames its hint too)
+
+    def hooked(real: Callable[..., None]) -> Callable[..., None]:
+        def step(*args: Any, **kw: Any) -> None:
+            mine = rewriting.is_set() and Path(args[0]).name.startswith(stem)
+            if mine:
+                snap()
+            real(*args, **kw)
+            if mine:
+                snap()
+
+        return step
+
+    def traced_rewrite(*args: Any) -> Any:
+        rewriting.set()
+        try:
+            return real_rewrite(*args)
+        finally:
+            rewriting.clear()
+
+    real_rewrite = maintenance.rewrite
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(segment.os, "replace", hooked(real_replace))
+        mp.setattr(segment.os, "unlink", hooked(real_unlink))
+        mp.setattr(maintenance, "rewrite", traced_rewrite)
+        await wait_for(lambda: log.stats()["rewritten_bytes"] > 0, timeout=20)
+        await wait_for(lambda: log.job is None, timeout=20)
+    # unlink hint, replace segment, replace hint: a snapshot before and after each
+    assert len(snapshots) == 6, snapshots
+    assert (seg_dir / f"{stem}seg").stat().st_size < SEG // 2
+    await _check_all(owner, model)
+    await log.close()
+    for snapshot in [*snapshots, seg_dir]:
+        log, owner, _ = await open_log(snapshot, segment_size=SEG)
+        assert not list(snapshot.glob("*.tmp")), snapshot
+        await _check_all(owner, model)
+        await log.close()
+
+
+async def test_flushall_during_a_rewrite(seg_dir: Path) -> None:
+    """FLUSHALL while the survivors are being copied: the rewrite is abandoned or its file unlinked with the
+    rest, and nothing from before the FLUSHALL comes back."""
+    log, owner, _, first = await _one_dead_segment(seg_dir, compaction_dead_ratio=0.5)
+    entered, release = threading.Event(), threading.Event()
+    real = maintenance.rewrite
+
+    def slow_rewrite(*args: Any) -> Any:
+        entered.set()
+        release.wait(10)
+        return real(*args)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(maintenance, "rewrite", slow_rewrite)
+        await wait_for(entered.is_set, timeout=20)
+        owner.flush()
+        owner.set(b"after", b"1")
+        release.set()
+        await settle(log)
+        await wait_for(lambda: log.job is None and not (seg_dir / f"{first:010d}.seg").exists(), timeout=10)
+    assert not list(seg_dir.glob("*.tmp"))
+    log, owner, _ = await reopen(log, segment_size=SEG)
+    assert set(owner.entries) == {b"after"}
+    await log.close()
+
+
+async def test_a_failed_rewrite_changes_nothing_and_is_retried(seg_dir: Path) -> None:
+    """A full disk during the copy: the segment stays as it was, no temporary file is left, maintenance pauses,
+    then the rewrite succeeds."""
+    log, owner, model, _ = await _one_dead_segment(seg_dir, compaction_dead_ratio=0.5)
+    failures = 0
+    real = segment.copy_range
+
+    def full_disk(*args: Any) -> None:
+        nonlocal failures
+        if failures < 2:
+            failures += 1
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real(*args)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(segment, "copy_range", full_disk)
+        mp.setattr(maintenance, "RETRY_AFTER_FAILURE", 0.3)
+        await wait_for(lambda: failures == 1, timeout=20)
+        await wait_for(lambda: log.job is None, timeout=5)
+        assert log.maint_resume_at > asyncio.get_running_loop().time()  # paused, not retrying every tick
+        assert log.stats()["rewritten_bytes"] == 0
+        assert not list(seg_dir.glob("*.tmp"))
+        await _check_all(owner, model)
+        await wait_for(lambda: log.stats()["rewritten_bytes"] > 0, timeout=20)
+    assert failures == 2
+    await _check_all(owner, model)
+    log, owner, _ = await reopen(log, segment_size=SEG)
+    await _check_all(owner, model)
+    await log.close()
+
+
+async def test_a_rewrite_waits_until_what_made_records_dead_is_on_disk(seg_dir: Path, tmp_path: Path) -> None:
+    """k00 is overwritten while the writer is stuck: its old record is dead in RAM, the new one is not on disk
+    yet. A rewrite that dropped the old record now would lose the key in a crash; it must wait for the write."""
+    log, owner, model, first = await _one_dead_segment(seg_dir, compaction_dead_ratio=0.99)
+    await wait_for(lambda: log._segments[first].ready, timeout=10)
+    writer = log._writer
+    gate = threading.Event()
+
+    real_pwritev = writer._pwritev
+
+    def stuck(fd: int, bufs: Any, offset: int) -> int:
+        gate.wait(10)
+        return real_pwritev(fd, bufs, offset)
+
+    snapshots: list[Path] = []
+
+    def snap() -> None:
+        dest = tmp_path / f"crash{len(snapshots)}"
+        shutil.copytree(seg_dir, dest, ignore=shutil.ignore_patterns("LOCK", "*.tmp"))
+        snapshots.append(dest)
+
+    real_rewrite = maintenance.rewrite
+
+    def traced_rewrite(*args: Any) -> Any:
+        done = real_rewrite(*args)
+        if not gate.is_set():
+            snap()  # a crash right after the rewrite, with the overwrite still unwritten
+        return done
+
+    old_k00 = model[b"k00"]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(maintenance, "rewrite", traced_rewrite)
+        writer.inline_paused_until = float("inf")  # every batch goes to the (stuck) thread
+        mp.setattr(writer, "_pwritev", stuck)
+        model[b"k00"] = _val(b"k00", 4000, 7)
+        owner.set(b"k00", model[b"k00"])
+        log.compaction_dead_ratio = 0.5  # the first segment is a candidate from now on
+        await wait_for(lambda: log.job is not None, timeout=5)
+        await asyncio.sleep(0.5)
+        if not snapshots:
+            snap()  # the job is waiting for the write: a crash now finds the old record
+        gate.set()
+        writer.inline_paused_until = 0.0
+        await wait_for(lambda: log.stats()["rewritten_bytes"] > 0, timeout=20)
+    await _check_all(owner, model)
+    await log.close()
+    for snapshot in snapshots:
+        log, owner, _ = await open_log(snapshot, segment_size=SEG)
+        assert b"k00" in owner.entries, snapshot
+        assert bytes(await owner.get(b"k00")) in (old_k00, model[b"k00"])
+        await log.close()
 
 
 async def test_jobs_follow_each_other_without_waiting_for_the_tick(
