@@ -252,8 +252,9 @@ class Writer(threading.Thread):
                 self.bytes_written += pending
                 iov, pending = [], 0
 
+        i = 0
         try:
-            for op in batch:
+            for i, op in enumerate(batch):  # noqa: B007 (read after a failure)
                 kind = op[0]
                 if self.failed and kind not in (OP_PROBE, OP_STOP):
                     if kind == OP_SYNC:
@@ -317,6 +318,13 @@ class Writer(threading.Thread):
         except OSError as exc:
             self._fail(exc, self.synced_end if self.always else self.end)
             written_ticket = -1
+            # What the failure skipped still needs an answer: a sync waiter (a compaction job, FLUSHALL's unlinks)
+            # would wait forever, and a stop request would never stop this thread.
+            for op in batch[i:]:
+                if op[0] == OP_SYNC:
+                    self.post(op[1], False)
+                elif op[0] == OP_STOP:
+                    stop_cb = op[1]
         if written_ticket < 0:
             return None, stop_cb
         self.write_batches += 1

@@ -197,3 +197,20 @@ async def test_small_batches_are_written_on_the_loop_until_a_write_is_slow(seg_d
     log, owner, _ = await reopen(log)
     assert {b"a", b"b", b"c"} <= set(owner.entries)  # all three recovered from the segment
     await log.close()
+
+
+async def test_a_failed_write_still_answers_the_sync_behind_it(seg_dir: Path) -> None:
+    """A durability wait queued in the same batch as a write that fails gets False (it used to be dropped, and a
+    compaction job or FLUSHALL's cleanup waiting on it hung for good)."""
+    log, owner, _ = await open_log(seg_dir, appendfsync="everysec")
+    owner.set(b"before", b"b" * 100)
+    await settle(log)
+    inject_fault(log, OSError(errno.EIO, os.strerror(errno.EIO)))
+    owner.set(b"doomed", b"d" * 5000)
+    durable = log.durable()  # the same loop iteration: the same batch as the failing record
+    assert await asyncio.wait_for(durable, 5) is False
+    inject_fault(log, None)
+    await wait_for(lambda: log.misconf() is None, timeout=5)
+    log, owner, _ = await reopen(log)
+    assert set(owner.entries) == {b"before"}
+    await log.close()
