@@ -49,7 +49,7 @@ from . import maintenance
 from .base import CorruptRecord, Location, LogOwner, PersistError, RecoveryReport
 from .record import DEL, EXPIRE, FILE_HDR_SIZE, FLUSH, HDR_SIZE, MAX_VALUE, SET, decode_header
 from .recovery import lock_directory, recover
-from .segment import Segment, read_exact_into, seal
+from .segment import HintBuilder, Segment, read_exact_into, seal
 from .writer import OP_FAIL, OP_PROBE, OP_REC, OP_ROLL, OP_STOP, OP_SYNC, SegmentLogHooks, Syncer, Writer
 
 MISCONF_PREFIX = "MISCONF Errors writing to the AOF file: "
@@ -507,11 +507,11 @@ class SegmentLog(SegmentLogHooks):
         self._misconf = None
         self.logger.warning("writes to %s work again; accepting writes", self.directory)
 
-    def seal_job(self, seg: Segment, data_len: int) -> None:
+    def seal_job(self, seg: Segment, data_len: int, hint: HintBuilder | None) -> None:
         """Runs in the maintenance thread (queued by the writer when a segment is done)."""
         ok = True
         try:
-            seal(seg, data_len)
+            seal(seg, data_len, hint)
         except OSError as exc:
             ok = False
             self.logger.warning("sealing %s failed (%s): a restart will scan it", seg.path.name, exc)

@@ -62,7 +62,7 @@ from typing import Any
 from xxhash import xxh3_64_intdigest
 
 from .record import FILE_HDR_SIZE, HDR_SIZE, PAD, checksum, encode_file_header, encode_header
-from .segment import Segment, fsync_dir, seal
+from .segment import HintBuilder, Segment, fsync_dir
 
 IOV_MAX = min(os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024, 1024)
 FLUSH_CHUNK = 64 << 20  # write out a batch every 64 MiB so memory pinned by pending iovecs stays bounded
@@ -74,6 +74,14 @@ INLINE_BACKOFF = 5.0  # ... sends every batch through the thread for this long
 
 OP_REC, OP_ROLL, OP_SYNC, OP_PROBE, OP_STOP, OP_FAIL = range(6)
 PROBE_PAD = 4096  # the probe writes a real block, so "disk full" is noticed
+
+
+def _new_hint(seg: Segment, logger: logging.Logger) -> HintBuilder | None:
+    try:
+        return HintBuilder(seg)
+    except OSError as exc:  # the seal will walk the segment's headers instead
+        logger.warning("cannot start the hint of %s (%s)", seg.path.name, exc)
+        return None
 
 
 def strerror(exc: OSError) -> str:
@@ -97,6 +105,9 @@ class Writer(threading.Thread):
         super().__init__(name="kvd-aof-writer", daemon=True)
         self.cur = active
         self.end = end  # written (and, with always, fsynced) end of the active segment
+        # The active segment's hint, built as records are written (segment.py); None where this writer did not
+        # write the segment from its start (recovery continues one): its seal walks the headers instead.
+        self.hint = _new_hint(active, logger) if end == FILE_HDR_SIZE else None
         self.synced_end = end
         self.always = always
         self.post = post  # loop.call_soon_threadsafe
@@ -264,6 +275,7 @@ class Writer(threading.Thread):
                     _, ticket, seg_id, offset, rtype, key, value, expire, lsn = op
                     if seg_id != self.cur.id or offset != self.end + pending:
                         raise RuntimeError(f"record for {seg_id}@{offset} but tail is {self.cur.id}@{self.end}")
+                    hint = self.hint
                     if type(value) is not memoryview and len(value) <= SMALL_RECORD:
                         # Small records are packed into one buffer: one hash call over key + value, and one
                         # iovec for a whole run of them instead of three each.
@@ -273,6 +285,8 @@ class Writer(threading.Thread):
                         staged += encode_header(rtype, len(key), len(value), expire, lsn, xxh3_64_intdigest(kv))
                         staged += kv
                         pending += HDR_SIZE + len(kv)
+                        if hint is not None:
+                            hint.add(rtype, key, offset, HDR_SIZE + len(kv), len(value), expire, lsn)
                         written_ticket = ticket
                         if pending >= FLUSH_CHUNK:
                             flush()
@@ -290,6 +304,8 @@ class Writer(threading.Thread):
                     if vmv.nbytes:
                         iov.append(vmv)
                     pending += HDR_SIZE + len(key) + vmv.nbytes
+                    if hint is not None:
+                        hint.add(rtype, key, offset, HDR_SIZE + len(key) + vmv.nbytes, vmv.nbytes, expire, lsn)
                     written_ticket = ticket
                     if pending >= FLUSH_CHUNK:
                         flush()
@@ -357,8 +373,9 @@ class Writer(threading.Thread):
         if self.always and self.end > self.synced_end:
             self._fdatasync(old.fd)
         end = self._open_new(new)
-        self.maint.submit(self.hooks.seal_job, old, self.end)
+        self.maint.submit(self.hooks.seal_job, old, self.end, self.hint)
         self.cur, self.end, self.synced_end = new, end, end
+        self.hint = _new_hint(new, self.logger)
 
     def _probe(self, new: Segment) -> None:
         if not self.failed:
@@ -369,8 +386,9 @@ class Writer(threading.Thread):
         except OSError as exc:
             self.post(self.hooks.on_probe, f"{strerror(exc)}", new.id, 0)
             return
-        self.maint.submit(self.hooks.seal_job, self.cur, self.end)
+        self.maint.submit(self.hooks.seal_job, self.cur, self.end, None)  # its hint went with the failure
         self.cur, self.end, self.synced_end = new, end, end
+        self.hint = None  # starts with the probe's PAD record: the seal walks its headers
         self.failed = False
         self.post(self.hooks.on_probe, None, new.id, end)
 
@@ -380,6 +398,9 @@ class Writer(threading.Thread):
             os.ftruncate(self.cur.fd, good_end)
         self.end = self.synced_end = good_end
         self.failed = True
+        if self.hint is not None:  # it lists records that were cut off; the seal walks the headers instead
+            self.hint.abandon()
+            self.hint = None
         self.logger.error("writing segment %s failed: %s; truncated back to offset %d", self.cur.path, exc, good_end)
         self.post(self.hooks.on_failed, self.cur.id, good_end, strerror(exc))
 
@@ -393,7 +414,11 @@ class Writer(threading.Thread):
                 self.logger.error("final fsync of %s failed: %s", self.cur.path, exc)
                 ok = False
             if ok:  # clean shutdown: the active segment gets its hint, so the restart reads no values
-                self.maint.submit(self.hooks.seal_job, self.cur, self.end)
+                self.maint.submit(self.hooks.seal_job, self.cur, self.end, self.hint)
+                self.hint = None
+        if self.hint is not None:
+            self.hint.abandon()
+            self.hint = None
         self.maint.submit(self.post, cb, ok)
 
 
@@ -403,7 +428,7 @@ class SegmentLogHooks:
     def on_written(self, ticket: int, seg_id: int, end: int) -> None: ...
     def on_failed(self, seg_id: int, good_end: int, text: str) -> None: ...
     def on_probe(self, error: str | None, seg_id: int, end: int) -> None: ...
-    def seal_job(self, seg: Segment, data_len: int) -> None: ...
+    def seal_job(self, seg: Segment, data_len: int, hint: HintBuilder | None) -> None: ...
 
 
 class Syncer(threading.Thread):
@@ -443,12 +468,3 @@ class Syncer(threading.Thread):
                     "without waiting for fsync to complete, this may slow down kvd.",
                     took,
                 )
-
-
-def seal_segment(seg: Segment, data_len: int, logger: logging.Logger) -> bool:
-    try:
-        seal(seg, data_len)
-        return True
-    except OSError as exc:
-        logger.warning("sealing %s failed (%s): recovery will scan it instead of using a hint", seg.path, exc)
-        return False
