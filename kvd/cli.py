@@ -85,9 +85,10 @@ def check_startup(s: Settings) -> None:
 
 
 def _run(settings: Settings) -> int:
-    from kvd.memory import tune_allocator
+    from kvd.memory import tune_allocator, tune_collector
 
     tune_allocator()
+    tune_collector()  # before recovery, which builds the keyspace
     try:
         import uvloop  # measured faster for small requests; see docs/benchmarks.md
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
