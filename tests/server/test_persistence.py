@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -42,20 +43,28 @@ def write_load(srv, acked: dict[str, int], stop: threading.Event, sizes=(100, 4 
         pass  # the server was killed under us: everything acknowledged so far must survive
 
 
+def kill9_during(srv, load: Callable[..., None], wait: Callable[[], None]) -> tuple[dict[str, int], redis.Redis]:
+    """Run ``load(srv, acked, stop)`` in a thread, kill -9 kvd once ``wait()`` returns, start it again. Returns
+    what the load saw acknowledged and a client of the restarted server."""
+    acked: dict[str, int] = {}
+    stop = threading.Event()
+    writer = threading.Thread(target=load, args=(srv, acked, stop))
+    writer.start()
+    try:
+        wait()
+    finally:
+        srv.kill9()
+        stop.set()
+        writer.join(20)
+    srv.start()
+    return acked, srv.client()
+
+
 @pytest.mark.parametrize("policy", ["always", "everysec"])
 def test_kill9_during_writes_loses_nothing_acknowledged(server_factory, policy):
     srv = server_factory("--persistence", "yes", "--appendfsync", policy, "--segment-size", "2mb", "--maxmemory", "8mb")
     for round_ in range(3):
-        acked: dict[str, int] = {}
-        stop = threading.Event()
-        writer = threading.Thread(target=write_load, args=(srv, acked, stop))
-        writer.start()
-        time.sleep(1.0 + round_ * 0.3)
-        srv.kill9()
-        stop.set()
-        writer.join(20)
-        srv.start()
-        r = srv.client()
+        acked, r = kill9_during(srv, write_load, lambda d=1.0 + round_ * 0.3: time.sleep(d))
         assert acked, "the load wrote nothing"
         for key, size in acked.items():
             got = r.get(key)
@@ -93,20 +102,15 @@ def test_kill9_during_compaction_loses_nothing_acknowledged(server_factory):
         for j in range(2):
             r.set(f"hot{j}", value_for(f"hot{j}:setup", 100 * KiB))
     for round_ in range(3):
-        acked: dict[str, int] = {}
-        stop = threading.Event()
-        writer = threading.Thread(target=overwrite_load, args=(srv, acked, stop))
-        writer.start()
-        deadline = time.time() + 20
-        while r.info("persistence")["aof_rewritten_bytes"] == 0 and time.time() < deadline:
-            time.sleep(0.05)
-        assert r.info("persistence")["aof_rewritten_bytes"] > 0, "no segment was rewritten in place"
-        time.sleep(0.3 + round_ * 0.4)
-        srv.kill9()
-        stop.set()
-        writer.join(20)
-        srv.start()
-        r = srv.client()
+
+        def rewritten_then_a_while(client: redis.Redis = r, delay: float = 0.3 + round_ * 0.4) -> None:
+            deadline = time.time() + 20
+            while client.info("persistence")["aof_rewritten_bytes"] == 0 and time.time() < deadline:
+                time.sleep(0.05)
+            assert client.info("persistence")["aof_rewritten_bytes"] > 0, "no segment was rewritten in place"
+            time.sleep(delay)
+
+        acked, r = kill9_during(srv, overwrite_load, rewritten_then_a_while)
         assert len(acked) == 8, acked
         for i in range(40):
             assert r.get(f"cold{i}") == value_for(f"cold{i}", 20 * KiB), f"round {round_}: cold{i}"
