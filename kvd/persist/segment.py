@@ -15,9 +15,11 @@ The writer builds the hint as it writes (``HintBuilder``): one packed entry per 
 ``<id>.hint.part.tmp`` every ``HINT_SPILL`` bytes, so its memory stays bounded. Sealing then writes the header
 into the reserved space, appends the hash, fsyncs and renames: no record is visited again. (Walking the headers
 at seal instead held the GIL the event loop needs for about 3 s per 256 MiB segment of small values, and cost
-small persisted writes 14 % of their throughput, measured in docs/operations.md.) A segment whose records the
-writer did not all see (the one recovery continues appending to, one cut short by a write error, a probe's)
-gets its hint from its headers (``hint_of_written``), or from a scan if a header does not check out.
+small persisted writes about a tenth of their throughput: docs/operations.md, "Hints built while writing".)
+A segment whose records the writer did not all see (the one recovery continues appending to, one cut short by
+a write error, a probe's) gets its hint from its headers (``hint_of_written``), or from a scan if a header
+does not check out. A spill made by a batch the event loop writes inline is a page-cache write of 1 MiB on
+the loop, once per about 16 000 small records.
 
 One fd per segment, opened O_RDWR for the active one and O_RDONLY for sealed ones, serves every pread. It is
 closed only when the segment has been unlinked *and* no read is in flight (``Segment.readers``), so a GET that
