@@ -329,11 +329,6 @@ class SegmentLog(SegmentLogHooks):
             if not self._writer.write_inline(batch, nbytes):
                 self._writer.submit(batch)
 
-    def roll_if_used(self) -> None:
-        """Start a new active segment unless the current one holds no record yet."""
-        if self._tail > FILE_HDR_SIZE and not self._refusing():
-            self._roll()
-
     def _roll(self) -> None:
         assert self._active is not None
         new = Segment(self.directory, self._next_seg)

@@ -307,6 +307,7 @@ async def test_a_crash_at_any_step_of_a_rewrite_loses_nothing(seg_dir: Path, tmp
     await log.close()
     for snapshot in [*snapshots, seg_dir]:
         log, owner, _ = await open_log(snapshot, segment_size=SEG)
+        assert list(snapshot.glob("*.part.tmp")) == [], snapshot  # the crashed writer's hint in progress, too
         assert not _rewrite_leftovers(snapshot), snapshot
         await _check_all(owner, model)
         await log.close()
