@@ -18,6 +18,7 @@ from persist_helpers import Owner, now_ms, open_log, reopen, settle, wait_for
 
 from kvd.persist import CorruptRecord, SegmentLog, maintenance, segment
 from kvd.persist import log as log_module
+from kvd.persist.writer import STALL_BUDGET
 
 SEG = 64 << 10
 
@@ -402,7 +403,7 @@ async def test_a_rewrite_waits_until_what_made_records_dead_is_on_disk(seg_dir: 
     old_k00 = model[b"k00"]
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(maintenance, "rewrite", traced_rewrite)
-        writer.inline_paused_until = float("inf")  # every batch goes to the (stuck) thread
+        writer.stall_credit = float("-inf")  # no budget for slow writes: every batch goes to the (stuck) thread
         mp.setattr(writer, "_pwritev", stuck)
         model[b"k00"] = _val(b"k00", 4000, 7)
         owner.set(b"k00", model[b"k00"])
@@ -412,7 +413,7 @@ async def test_a_rewrite_waits_until_what_made_records_dead_is_on_disk(seg_dir: 
         if not snapshots:
             snap()  # the job is waiting for the write: a crash now finds the old record
         gate.set()
-        writer.inline_paused_until = 0.0
+        writer.stall_credit = STALL_BUDGET
         await wait_for(lambda: log.stats()["rewritten_bytes"] > 0, timeout=20)
     await _check_all(owner, model)
     await log.close()

@@ -13,6 +13,7 @@ import pytest
 from persist_helpers import inject_fault, open_log, reopen, settle, wait_for
 
 from kvd.persist import PersistError, SegmentLog
+from kvd.persist.writer import STALL_BUDGET, STALL_REFILL
 
 
 async def test_group_commit_one_batch_per_loop_iteration(seg_dir: Path) -> None:
@@ -161,10 +162,10 @@ async def test_second_process_on_same_directory_fails(seg_dir: Path) -> None:
     await again.close()
 
 
-async def test_small_batches_are_written_on_the_loop_until_a_write_is_slow(seg_dir: Path) -> None:
-    """everysec: a small batch that finds the writer idle is written by the loop itself (no thread hand-off);
-    after an inline write that takes too long (simulated: a disk that stalls for 20 ms), batches go through the
-    writer thread again, so the loop pays for at most one slow write."""
+async def test_small_batches_stay_on_the_loop_while_slow_writes_fit_the_budget(seg_dir: Path) -> None:
+    """everysec: a small batch that finds the writer idle is written by the loop itself (no thread hand-off).
+    A write that stalls (simulated: the disk sleeps first) is charged to a budget: a short stall leaves the loop
+    writing, stalls beyond the budget send batches through the writer thread until the budget refills."""
     log, owner, _ = await open_log(seg_dir, appendfsync="everysec")
     await asyncio.sleep(0.05)
     writer = log._writer
@@ -181,21 +182,22 @@ async def test_small_batches_are_written_on_the_loop_until_a_write_is_slow(seg_d
     writer._pwritev = pwritev
     loop_thread = threading.get_ident()
 
-    owner.set(b"a", b"v" * 100)
-    await log.barrier()
-    assert threads == [loop_thread]
+    async def write(key: bytes, stall_s: float) -> int:
+        stall[0] = stall_s
+        owner.set(key, b"v" * 100)
+        await log.barrier()
+        return threads[-1]
 
-    stall[0] = 0.02
-    owner.set(b"b", b"v" * 100)
-    await log.barrier()
-    assert threads[-1] == loop_thread and log.stats()["slow_inline_writes"] == 1
-
-    stall[0] = 0.0
-    owner.set(b"c", b"v" * 100)
-    await log.barrier()
-    assert threads[-1] != loop_thread  # backed off: the writer thread did it
+    assert await write(b"a", 0.0) == loop_thread and log.stats()["slow_inline_writes"] == 0
+    assert await write(b"b", STALL_BUDGET / 5) == loop_thread and log.stats()["slow_inline_writes"] == 1
+    assert await write(b"c", 0.0) == loop_thread  # one short stall fits the budget: still on the loop
+    assert await write(b"d", STALL_BUDGET) == loop_thread  # charged once it has happened ...
+    assert await write(b"e", 0.0) != loop_thread  # ... and now the budget is spent: the writer thread did it
+    assert log.stats()["slow_inline_writes"] == 2
+    writer.credit_at -= STALL_BUDGET / STALL_REFILL  # as if the time to refill the whole budget had passed
+    assert await write(b"f", 0.0) == loop_thread
     log, owner, _ = await reopen(log)
-    assert {b"a", b"b", b"c"} <= set(owner.entries)  # all three recovered from the segment
+    assert {b"a", b"b", b"c", b"d", b"e", b"f"} <= set(owner.entries)  # all of them recovered from the segment
     await log.close()
 
 
