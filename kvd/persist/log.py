@@ -57,12 +57,13 @@ PROBE_INTERVAL = 1.0
 TICK_INTERVAL = 0.1
 Value = bytes | bytearray | memoryview
 
-# One in-flight append: (ticket, segment id, end offset, record_len, key, loc (SETs), carried_from)
-_Inflight = tuple[int, int, int, int, bytes, Location | None, Location | None]
+# One append, from _append() until the writer reports it written: the writer's op (OP_REC, ticket, segment id,
+# offset, type, key, value, expire, lsn; writer.py) followed by what only the loop needs: record_len, loc (SETs)
+# and carried_from. One tuple serves as the batch entry and the in-flight entry.
+_Inflight = tuple[int, int, int, int, int, bytes, Value, int, int, int, Location | None, Location | None]
 
 
-def _nbytes(value: Value) -> int:
-    return value.nbytes if isinstance(value, memoryview) else len(value)
+_new_location = tuple.__new__
 
 
 class SegmentLog(SegmentLogHooks):
@@ -238,8 +239,8 @@ class SegmentLog(SegmentLogHooks):
             seg.live = 0
             self._retiring.add(seg.id)
         for entry in self._inflight:  # records not yet written to the older segments are dead too
-            if entry[5] is not None and entry[1] < self._active.id:
-                self._inflight_dead.add(entry[5])
+            if entry[10] is not None and entry[2] < self._active.id:
+                self._inflight_dead.add(entry[10])
         if self.job is not None:
             self.job.aborted = True
 
@@ -253,14 +254,17 @@ class SegmentLog(SegmentLogHooks):
         self.sync_then(durable)
 
     def mark_dead(self, loc: Location) -> None:
-        seg = self._segments.get(loc.segment)
+        seg_id, offset, record_len, _ = loc
+        seg = self._segments.get(seg_id)
         if seg is None:
             return
-        if loc in self._inflight_dead:
+        dead = self._inflight_dead
+        if dead and loc in dead:  # (hashing a Location costs more than the test for an empty set)
             return
-        seg.live = max(0, seg.live - loc.record_len)
-        if not self._written(loc):  # remember, so a failed write does not subtract it twice
-            self._inflight_dead.add(loc)
+        live = seg.live - record_len
+        seg.live = live if live > 0 else 0
+        if seg_id > self._w_seg or (seg_id == self._w_seg and offset + record_len > self._w_end):
+            dead.add(loc)  # not written yet: remembered, so a failed write does not subtract it twice
 
     def _refusing(self) -> bool:
         return self._misconf is not None or self._closing
@@ -276,12 +280,12 @@ class SegmentLog(SegmentLogHooks):
     ) -> Location | None:
         if self._loop is None:
             raise PersistError("SegmentLog.start() has not been called")
-        vlen = _nbytes(value)
+        vlen = value.nbytes if type(value) is memoryview else len(value)
         if vlen > MAX_VALUE:
             raise PersistError(f"value too large for a segment record ({vlen} bytes)")
         rec_len = HDR_SIZE + len(key) + vlen
         self._ticket += 1
-        if self._refusing():
+        if self._misconf is not None or self._closing:  # _refusing(), inline: this runs for every write
             self._failed_upto = self._ticket
             self.lost_records += 1
             if rtype != SET:
@@ -301,18 +305,21 @@ class SegmentLog(SegmentLogHooks):
         if lsn is None:
             lsn = self._next_lsn
             self._next_lsn += 1
-        self._batch.append((OP_REC, self._ticket, seg.id, offset, rtype, key, value, expire, lsn))
-        self._batch_bytes += rec_len
         loc = None
         if rtype == SET:
-            loc = Location(seg.id, offset, rec_len, vlen)
+            loc = _new_location(Location, (seg.id, offset, rec_len, vlen))  # Location(...) without its Python frame
             seg.live += rec_len
             seg.set_keys.add(hash(key))
-        self._inflight.append((self._ticket, seg.id, self._tail, rec_len, key, loc, carried_from))
+        rec = (OP_REC, self._ticket, seg.id, offset, rtype, key, value, expire, lsn, rec_len, loc, carried_from)
+        self._batch.append(rec)
+        self._batch_bytes += rec_len
+        self._inflight.append(rec)
         self._pending_bytes += rec_len
         self.appended_records += 1
         self.appended_bytes += rec_len
-        self._schedule_submit()
+        if not self._submit_scheduled:  # _schedule_submit(), inline
+            self._submit_scheduled = True
+            self._loop.call_soon(self._submit)
         return loc
 
     def _schedule_submit(self) -> None:
@@ -408,11 +415,14 @@ class SegmentLog(SegmentLogHooks):
         self._w_seg, self._w_end = seg_id, end
         self._done_ticket = ticket
         inflight = self._inflight
-        while inflight and inflight[0][0] <= ticket:
+        dead = self._inflight_dead
+        pending = self._pending_bytes
+        while inflight and inflight[0][1] <= ticket:
             entry = inflight.popleft()
-            self._pending_bytes -= entry[3]
-            if entry[5] is not None:
-                self._inflight_dead.discard(entry[5])
+            pending -= entry[9]
+            if dead and entry[10] is not None:
+                dead.discard(entry[10])
+        self._pending_bytes = pending
         barriers = self._barriers
         while barriers and barriers[0][0] <= self._done_ticket:
             self._wake(barriers.popleft()[1], None)
@@ -421,18 +431,20 @@ class SegmentLog(SegmentLogHooks):
         message = MISCONF_PREFIX + text
         self._misconf = message
         inflight = self._inflight
-        while inflight and (inflight[0][1] < seg_id or (inflight[0][1] == seg_id and inflight[0][2] <= good_end)):
+        while inflight and (
+            inflight[0][2] < seg_id or (inflight[0][2] == seg_id and inflight[0][3] + inflight[0][9] <= good_end)
+        ):
             entry = inflight.popleft()
-            self._pending_bytes -= entry[3]
-            if entry[5] is not None:
-                self._inflight_dead.discard(entry[5])
-            self._done_ticket = max(self._done_ticket, entry[0])
+            self._pending_bytes -= entry[9]
+            if entry[10] is not None:
+                self._inflight_dead.discard(entry[10])
+            self._done_ticket = max(self._done_ticket, entry[1])
         failed = list(inflight)
         inflight.clear()
         self._failed_upto = self._ticket
         self._batch = [op for op in self._batch if op[0] == OP_SYNC]  # unsent records can't be written either
         self._batch_bytes = 0
-        for _, sid, _, rec_len, key, loc, carried_from in failed:
+        for _, _, sid, _, _, key, _, _, _, rec_len, loc, carried_from in failed:
             self._pending_bytes -= rec_len
             self.lost_records += 1
             if loc is None:
