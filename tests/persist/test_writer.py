@@ -13,6 +13,7 @@ import pytest
 from persist_helpers import inject_fault, open_log, reopen, settle, wait_for
 
 from kvd.persist import PersistError, SegmentLog
+from kvd.persist.record import HDR_SIZE
 from kvd.persist.writer import STALL_BUDGET, STALL_REFILL
 
 
@@ -29,6 +30,31 @@ async def test_group_commit_one_batch_per_loop_iteration(seg_dir: Path) -> None:
     assert after["write_batches"] - before["write_batches"] == 1
     assert after["fsyncs"] - before["fsyncs"] == 1
     assert log.barrier() is None
+    await log.close()
+
+
+@pytest.mark.parametrize("policy", ["always", "everysec"])  # reported by the thread / by the inline write
+async def test_pending_and_live_bytes_follow_the_records(seg_dir: Path, policy: str) -> None:
+    """INFO's aof_pending_bytes counts appended records until the writer reports them (maintenance paces itself
+    by it) and aof_live_bytes the records no later write has replaced."""
+    log, owner, _ = await open_log(seg_dir, appendfsync=policy)
+    await asyncio.sleep(0.05)
+    values = {b"k%d" % i: b"v" * (100 + i) for i in range(50)}
+    for key, value in values.items():
+        owner.set(key, value)
+
+    def size(items: dict[bytes, bytes]) -> int:
+        return sum(HDR_SIZE + len(k) + len(v) for k, v in items.items())
+
+    assert log.stats()["pending_bytes"] == size(values)  # nothing written yet: the batch leaves this iteration
+    await settle(log)
+    assert log.stats()["pending_bytes"] == 0
+    for key in list(values)[:10]:  # overwrites: the first records of these keys die
+        values[key] = b"w" * 10
+        owner.set(key, values[key])
+    await settle(log)
+    stats = log.stats()
+    assert stats["pending_bytes"] == 0 and stats["live_bytes"] == size(values)
     await log.close()
 
 
