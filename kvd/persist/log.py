@@ -264,7 +264,7 @@ class SegmentLog(SegmentLogHooks):
         live = seg.live - record_len
         seg.live = live if live > 0 else 0
         if seg_id > self._w_seg or (seg_id == self._w_seg and offset + record_len > self._w_end):
-            dead.add(loc)  # not written yet: remembered, so a failed write does not subtract it twice
+            dead.add(loc)  # not _written() yet (inline): remembered, so a failed write does not subtract it twice
 
     def _refusing(self) -> bool:
         return self._misconf is not None or self._closing

@@ -161,12 +161,10 @@ class Writer(threading.Thread):
             return False
         started = time.monotonic()
         waited = self.write_seconds
-        credit = self.stall_credit
-        if credit < STALL_BUDGET:
-            credit = min(STALL_BUDGET, credit + (started - self.credit_at) * STALL_REFILL)
-            self.stall_credit, self.credit_at = credit, started
-            if credit <= 0:
-                return False
+        credit = min(STALL_BUDGET, self.stall_credit + (started - self.credit_at) * STALL_REFILL)
+        self.stall_credit, self.credit_at = credit, started
+        if credit <= 0:
+            return False
         for op in ops:
             if op[0] != OP_REC:
                 return False
@@ -188,8 +186,6 @@ class Writer(threading.Thread):
         took = self.write_seconds - waited  # in the kernel: the Python part of a large batch is not a stall
         if took > INLINE_SLOW:
             self.slow_inline_writes += 1
-            if self.stall_credit == STALL_BUDGET:
-                self.credit_at = started  # the refill counts from the first charge
             self.stall_credit -= took
             if self.stall_credit <= 0:
                 self.logger.info(
