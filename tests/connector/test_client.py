@@ -34,6 +34,10 @@ def test_prefix_len_counts_leading_present_keys(kv_url: str) -> None:
     assert c.prefix_len([]) == 0
     assert c.prefix_len_multi([keys[:3], keys[:2]]) == 2
     assert c.prefix_len_multi([keys, keys[4:6]]) == 2
+    c._has_prefixlen = False  # the pipelined-EXISTS path that a server without KVD.PREFIXLEN gets
+    assert c.prefix_len_multi([keys[:3], keys[:2]]) == 2
+    assert c.prefix_len_multi([keys, keys[4:6]]) == 2
+    assert c.prefix_len_multi([keys[3:], keys]) == 0
 
 
 def test_prefix_len_uses_kvd_command_or_falls_back_to_exists(kv_server: Server, kv_url: str) -> None:
