@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,6 +94,16 @@ def _read_bulk_array(sock: Any) -> list[bytearray | None]:
     if pending:
         raise redis.ConnectionError("unexpected bytes after an MGET reply")
     return values
+
+
+def _leading(found: Sequence[bool]) -> int:
+    """How many of ``found`` are true before the first false one."""
+    n = 0
+    for present in found:
+        if not present:
+            break
+        n += 1
+    return n
 
 
 def _unknown_command(exc: redis.ResponseError) -> bool:
@@ -191,10 +201,42 @@ class KvdClient:
         """Count of leading ``keys`` present on the server, in one round trip; 0 on any failure."""
         if not keys or not self.available:
             return 0
+        return self._prefix_lookup(
+            lambda: int(self._redis.execute_command("KVD.PREFIXLEN", *keys)),
+            lambda: _leading(self.exists_many(keys, raise_errors=True)),
+        )
+
+    def prefix_len_multi(self, key_lists: Sequence[Sequence[str]]) -> int:
+        """The shortest prefix length over several key lists (one per TP rank), in one round trip."""
+        if len(key_lists) == 1:
+            return self.prefix_len(key_lists[0])
+        if not key_lists or not key_lists[0] or not self.available:
+            return 0
+
+        def with_prefixlen() -> int:
+            pipe = self._redis.pipeline(transaction=False)
+            for keys in key_lists:
+                pipe.execute_command("KVD.PREFIXLEN", *keys)
+            return min(int(x) for x in pipe.execute())
+
+        def with_exists() -> int:
+            found = self.exists_many([k for keys in key_lists for k in keys], raise_errors=True)
+            pos = 0
+            lengths = []
+            for keys in key_lists:
+                lengths.append(_leading(found[pos : pos + len(keys)]))
+                pos += len(keys)
+            return min(lengths)
+
+        return self._prefix_lookup(with_prefixlen, with_exists)
+
+    def _prefix_lookup(self, with_prefixlen: Callable[[], int], with_exists: Callable[[], int]) -> int:
+        """Run a prefix look-up with ``KVD.PREFIXLEN`` where the server has it (learnt from the first answer),
+        else with pipelined ``EXISTS``; 0 when the server is unreachable or refuses."""
         try:
             if self._has_prefixlen is not False:
                 try:
-                    n = int(self._redis.execute_command("KVD.PREFIXLEN", *keys))
+                    n = with_prefixlen()
                     self._has_prefixlen = True
                     self._ok()
                     return n
@@ -203,7 +245,7 @@ class KvdClient:
                         raise
                     self._has_prefixlen = False
                     logger.info("server has no KVD.PREFIXLEN; using pipelined EXISTS for prefix look-ups")
-            found = self.exists_many(keys, raise_errors=True)
+            n = with_exists()
         except _NETWORK_ERRORS as exc:
             self._failed("prefix look-up", exc)
             return 0
@@ -211,53 +253,7 @@ class KvdClient:
             logger.warning("prefix look-up refused by server: %s", exc)
             return 0
         self._ok()
-        n = 0
-        for present in found:
-            if not present:
-                break
-            n += 1
         return n
-
-    def prefix_len_multi(self, key_lists: Sequence[Sequence[str]]) -> int:
-        """The shortest prefix length over several key lists (one per TP rank), in one round trip."""
-        if len(key_lists) == 1:
-            return self.prefix_len(key_lists[0])
-        if not key_lists or not key_lists[0] or not self.available:
-            return 0
-        try:
-            if self._has_prefixlen is not False:
-                try:
-                    pipe = self._redis.pipeline(transaction=False)
-                    for keys in key_lists:
-                        pipe.execute_command("KVD.PREFIXLEN", *keys)
-                    n = min(int(x) for x in pipe.execute())
-                    self._has_prefixlen = True
-                    self._ok()
-                    return n
-                except redis.ResponseError as exc:
-                    if not _unknown_command(exc):
-                        raise
-                    self._has_prefixlen = False
-            flat = [k for keys in key_lists for k in keys]
-            found = self.exists_many(flat, raise_errors=True)
-        except _NETWORK_ERRORS as exc:
-            self._failed("prefix look-up", exc)
-            return 0
-        except redis.ResponseError as exc:
-            logger.warning("prefix look-up refused by server: %s", exc)
-            return 0
-        self._ok()
-        best = None
-        pos = 0
-        for keys in key_lists:
-            n = 0
-            for present in found[pos : pos + len(keys)]:
-                if not present:
-                    break
-                n += 1
-            pos += len(keys)
-            best = n if best is None else min(best, n)
-        return best or 0
 
     def exists_many(self, keys: Sequence[str], *, raise_errors: bool = False) -> list[bool]:
         """Per-key presence via pipelined EXISTS (one round trip)."""
