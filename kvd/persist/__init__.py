@@ -4,6 +4,7 @@ Public API: ``SegmentLog`` (the engine), ``Location`` (where a SET record lives)
 implements), ``RecoveryReport``, and the errors ``PersistError`` / ``CorruptRecord``. Module map:
 
 * ``record.py``: the byte format, checksums and the verifying scanner;
+* ``keyfilter.py``: which keys a segment may hold, for dropping tombstones;
 * ``segment.py``: segment files, hint files, preads;
 * ``writer.py``: the writer thread (group commit, fsync policies, error state) and the everysec fsync thread;
 * ``recovery.py``: directory lock, index rebuild, torn-tail repair;

@@ -196,6 +196,9 @@ class SegmentLog(SegmentLogHooks):
         self._loop = loop
         self._owner = owner
         self._maint = ThreadPoolExecutor(1, thread_name_prefix="kvd-aof-maint")
+        for seg in self._segments.values():  # recovery collected their key hashes; the filters are built here
+            if seg is not self._active:
+                self._maint.submit(seg.set_keys.seal)
         self._readers = ThreadPoolExecutor(4, thread_name_prefix="kvd-aof-read")
         self._writer = Writer(
             self._active,
@@ -522,6 +525,7 @@ class SegmentLog(SegmentLogHooks):
         except OSError as exc:
             ok = False
             self.logger.warning("sealing %s failed (%s): a restart will scan it", seg.path.name, exc)
+        seg.set_keys.seal()  # before _on_sealed makes it a candidate: compaction then asks the filter
         assert self._loop is not None
         self._loop.call_soon_threadsafe(self._on_sealed, seg.id, ok)
 

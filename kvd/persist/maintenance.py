@@ -30,10 +30,10 @@ tombstones that still cancel something older (below).
   not a candidate holds at least 1/128 of a segment of live data: at most 128 x live / segment_size of them.
 
 Tombstones. A DEL, EXPIRE or FLUSH only matters while an older segment may still hold an earlier SET of the key
-(else it can be dropped). Each segment keeps the hashes of the keys it has SET records for; a tombstone whose
-key hash appears in an older live segment (any older segment, for FLUSH) is kept: in place, or carried forward
-*with its original LSN*, so it still cancels the old SET on restart but can never cancel a newer one (recovery
-applies records in LSN order). Hash collisions only keep an unneeded tombstone.
+(else it can be dropped). Each segment keeps a filter of the keys it has SET records for (keyfilter.py); a
+tombstone whose key an older live segment may hold (any older segment, for FLUSH) is kept: in place, or carried
+forward *with its original LSN*, so it still cancels the old SET on restart but can never cancel a newer one
+(recovery applies records in LSN order). The filter's false positives only keep an unneeded tombstone.
 
 Disk budget (``max_disk`` > 0). When segment bytes exceed the budget, a compaction candidate goes first (dead
 bytes are free to reclaim); if there is none, the *oldest* sealed segment is retired:
@@ -192,6 +192,8 @@ async def _rewrite_in_place(log: SegmentLog, job: Job, keep: list[Record]) -> No
                 new.live += r.record_len
                 seg.live = max(0, seg.live - r.record_len)
         offset += r.record_len
+    assert log._maint is not None
+    log._maint.submit(new.set_keys.seal)  # every kept key is in; until it is built the filter answers yes
     if log._segments.get(seg.key) is seg:
         del log._segments[seg.key]
     seg.doomed = True

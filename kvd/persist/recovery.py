@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .base import Location, PersistError, RecoveryReport
+from .keyfilter import KeyFilter
 from .record import DEL, EXPIRE, FILE_HDR_SIZE, FLUSH, SET, Record, decode_file_header, encode_file_header, scan
 from .segment import Segment, fsync_dir, read_hint, write_hint
 
@@ -214,7 +215,7 @@ def recover(
                 max_lsn = r.lsn
         state = apply(state, records, sid, flush_lsn)
         seg.size = size
-        seg.set_keys = {hash(r.key) for r in records if r.rtype == SET}
+        seg.set_keys = KeyFilter(hash(r.key) for r in records if r.rtype == SET)  # sealed once the log starts
         segments[sid] = seg
 
     keys: dict[bytes, tuple[Location, int]] = {}

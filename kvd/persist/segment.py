@@ -50,6 +50,7 @@ from pathlib import Path
 
 import xxhash
 
+from .keyfilter import KeyFilter
 from .record import FILE_HDR_SIZE, HDR_SIZE, REC_HDR_FIELDS, REC_MAGIC, TYPE_NAMES, Record, encode_file_header, scan
 
 HINT_MAGIC = b"KVDHINT\n"
@@ -98,7 +99,7 @@ class Segment:
         self.live = 0  # bytes of SET records the keyspace still points at
         self.sealed = False  # no more appends
         self.ready = False  # sealed and its hint written: a candidate for compaction / eviction
-        self.set_keys: set[int] = set()  # hash(key) of every SET record: tombstone liveness, false positives ok
+        self.set_keys = KeyFilter()  # hash(key) of every SET record: whether a tombstone is still needed
         self.readers = 0
         self.doomed = False  # unlinked (or about to be): close the fd once readers drop to 0
         self.closed = False
