@@ -56,6 +56,26 @@ async def test_compaction_reclaims_dead_space(seg_dir: Path) -> None:
     await log.close()
 
 
+async def _compact_segment(
+    log: SegmentLog, owner: Owner, model: dict[bytes, bytes], junk: list[bytes], tomb_file: Path, path: str
+) -> Path:
+    """Overwrite ``junk`` so that the segment holding it becomes mostly dead, fill the next one so that it is
+    sealed, and wait until compaction has handled it: rewritten in place, or carried forward and retired."""
+    for key in junk:
+        model[key] = _val(key, 5000, 1)
+        owner.set(key, model[key])
+    for j in range(14):
+        key = b"more%03d" % j
+        model[key] = _val(key, 5000)
+        owner.set(key, model[key])
+    await settle(log)
+    if path == "carry_forward":
+        await wait_for(lambda: not tomb_file.exists(), timeout=20)
+    else:
+        await wait_for(lambda: log.stats()["rewritten_bytes"] > 0, timeout=20)
+    return tomb_file
+
+
 @pytest.mark.parametrize("path", ["in_place", "carry_forward"])
 async def test_deleted_key_does_not_resurrect_after_compaction(
     seg_dir: Path, path: str, monkeypatch: pytest.MonkeyPatch
@@ -86,19 +106,8 @@ async def test_deleted_key_does_not_resurrect_after_compaction(
     tomb_seg = owner.entries[junk[0]][0].segment
     owner.set(b"phoenix", _val(b"phoenix", 300, 2))  # re-created after its DEL
     model[b"phoenix"] = _val(b"phoenix", 300, 2)
-    for key in junk:  # the tombstones' segment becomes mostly dead
-        owner.set(key, _val(key, 5000, 1))
-        model[key] = _val(key, 5000, 1)
-    for j in range(14):  # and gets sealed
-        key = b"more%03d" % j
-        model[key] = _val(key, 5000)
-        owner.set(key, model[key])
-    await settle(log)
-    tomb_file = seg_dir / f"{tomb_seg:010d}.seg"
-    if path == "carry_forward":
-        await wait_for(lambda: not tomb_file.exists(), timeout=20)
-    else:  # the tombstones and the live records stay where they are, in a file of their own
-        await wait_for(lambda: log.stats()["rewritten_bytes"] > 0, timeout=20)
+    tomb_file = await _compact_segment(log, owner, model, junk, seg_dir / f"{tomb_seg:010d}.seg", path)
+    if path == "in_place":  # the tombstones and the live records stay where they are, in a file of their own
         assert tomb_file.stat().st_size < SEG // 2
     assert (seg_dir / f"{first:010d}.seg").exists()
     await _check_all(owner, model)
@@ -140,19 +149,7 @@ async def test_tombstones_without_an_older_set_are_dropped(
     junk = [b"junk%03d" % j for j in range(12)]
     for key in junk:
         owner.set(key, _val(key, 5000))
-    for key in junk:  # the segment becomes mostly dead
-        model[key] = _val(key, 5000, 1)
-        owner.set(key, model[key])
-    for j in range(14):  # and gets sealed
-        key = b"more%03d" % j
-        model[key] = _val(key, 5000)
-        owner.set(key, model[key])
-    await settle(log)
-    tomb_file = seg_dir / f"{tomb_seg:010d}.seg"
-    if path == "carry_forward":
-        await wait_for(lambda: not tomb_file.exists(), timeout=20)
-    else:
-        await wait_for(lambda: log.stats()["rewritten_bytes"] > 0, timeout=20)
+    await _compact_segment(log, owner, model, junk, seg_dir / f"{tomb_seg:010d}.seg", path)
     await settle(log)
     deletes = 0
     for seg_file in sorted(seg_dir.glob("*.seg")):
