@@ -82,7 +82,7 @@ class OutOfMemory(Exception):
 class Keyspace:
     def __init__(self, *, maxmemory: int, policy: str = "allkeys-lru", seg_log: SegmentLog | None = None) -> None:
         self._entries: dict[bytes, Entry] = {}
-        self.ram = RamTier(maxmemory)
+        self.ram = RamTier(maxmemory, persisted=seg_log is not None)
         self.policy = policy
         self.scan = ScanIndex()
         self.expiry = ExpiryHeap()

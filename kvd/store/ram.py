@@ -11,12 +11,14 @@ per key in C memory terms. CPython's ``OrderedDict`` keeps a C-level linked list
 next to one value while the hit rate is the best an LRU can get.
 
 Accounting. ``used`` counts, for every key, its length plus ``KEY_OVERHEAD`` (the Python objects that carry it:
-the Entry, dict slots, the SCAN index slot, a disk location), and for every resident value its length plus
-``VALUE_OVERHEAD``. Their sum, 384 bytes, is close to what a million small keys really cost the process:
-``scripts/bench_server.py`` measured 408-464 bytes of RSS per key for 12-byte keys with 16-byte values
-(docs/benchmarks.md; the spread is heap fragmentation left by the load, which moves with the heap layout),
-i.e. 380-436 bytes beyond the payload. So ``maxmemory`` bounds what the process holds within about 15 % for
-tiny values, and exactly for the large values a KV cache stores.
+the Entry, dict slots, the SCAN index slot) plus, with persistence on, ``LOCATION_OVERHEAD`` (its record's
+``Location``), and for every resident value its length plus ``VALUE_OVERHEAD``. Without persistence their sum,
+384 bytes, is close to what a million small keys really cost the process: ``scripts/bench_server.py`` measured
+408-464 bytes of RSS per key for 12-byte keys with 16-byte values (docs/benchmarks.md; the spread is heap
+fragmentation left by the load, which moves with the heap layout), i.e. 380-436 bytes beyond the payload. With
+persistence on, a million 16-byte keys with 16-byte values cost 551 bytes per key against 454 without
+(``redis-benchmark -t set -d 16 -P 16 -r 1000000000``, RSS before and after). So ``maxmemory`` bounds what the
+process holds within about 15 % for tiny values, and exactly for the large values a KV cache stores.
 
 Complexity: admit/touch/remove O(1); eviction O(1) per victim.
 """
@@ -27,22 +29,23 @@ from collections import OrderedDict
 from typing import Any
 
 KEY_OVERHEAD = 320
+LOCATION_OVERHEAD = 100  # a Location (a 4-field tuple, 72 bytes, and its offset, 32) for every persisted key
 VALUE_OVERHEAD = 64
 
 
 class RamTier:
-    __slots__ = ("budget", "cold", "hot", "resident_bytes", "used")
+    __slots__ = ("budget", "cold", "hot", "key_overhead", "resident_bytes", "used")
 
-    def __init__(self, budget: int) -> None:
+    def __init__(self, budget: int, persisted: bool = False) -> None:
         self.budget = budget  # 0 = unlimited
+        self.key_overhead = KEY_OVERHEAD + (LOCATION_OVERHEAD if persisted else 0)
         self.hot: OrderedDict[bytes, Any] = OrderedDict()
         self.cold: OrderedDict[bytes, Any] = OrderedDict()
         self.used = 0
         self.resident_bytes = 0  # value bytes only, for INFO
 
-    @staticmethod
-    def key_charge(key: bytes) -> int:
-        return len(key) + KEY_OVERHEAD
+    def key_charge(self, key: bytes) -> int:
+        return len(key) + self.key_overhead
 
     @staticmethod
     def value_charge(value: Any) -> int:

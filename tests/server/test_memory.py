@@ -86,3 +86,24 @@ def test_value_larger_than_ram_tier_does_not_flush_it(server_factory):
     assert r.info("kvd")["ram_keys"] >= 8  # the hot set is still in RAM
     assert r.get("huge") == huge  # served from disk
     assert r.mget(list(small)) == list(small.values())
+
+
+@pytest.mark.parametrize("persistence", ["no", "yes"])
+def test_used_memory_tracks_what_small_keys_cost(server_factory, persistence):
+    """maxmemory is only a bound if used_memory follows what the process really holds: for many tiny keys the
+    per-key charges (kvd/store/ram.py, "Accounting") must stay within 20 % of the RSS they add, with the disk
+    tier's per-key location counted when persistence is on."""
+    srv = server_factory("--persistence", persistence, "--maxmemory", "1gb")
+    r = srv.client()
+    used0, rss0 = r.info()["used_memory"], srv.rss_bytes()
+    value = b"v" * 16
+    n = 300_000
+    for first in range(0, n, 10_000):
+        pipe = r.pipeline(transaction=False)
+        for i in range(first, first + 10_000):
+            pipe.set(b"key:%012d" % i, value)
+        pipe.execute()
+    assert r.dbsize() == n
+    used = r.info()["used_memory"] - used0
+    rss = srv.rss_bytes() - rss0
+    assert 0.8 <= rss / used <= 1.2, f"{rss / n:.0f} B of RSS per key against {used / n:.0f} B charged"
