@@ -12,7 +12,7 @@ implements), ``RecoveryReport``, and the errors ``PersistError`` / ``CorruptReco
 * ``log.py``: ``SegmentLog``, which ties them together on the event loop.
 """
 
-from .base import CorruptRecord, Location, LogOwner, PersistError, RecoveryReport
+from .base import CorruptRecord, Location, LogOwner, PersistError, RecoveredKeys, RecoveryReport
 from .log import SegmentLog
 
-__all__ = ["CorruptRecord", "Location", "LogOwner", "PersistError", "RecoveryReport", "SegmentLog"]
+__all__ = ["CorruptRecord", "Location", "LogOwner", "PersistError", "RecoveredKeys", "RecoveryReport", "SegmentLog"]

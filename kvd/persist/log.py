@@ -46,7 +46,7 @@ from typing import Any
 import xxhash
 
 from . import maintenance
-from .base import CorruptRecord, Location, LogOwner, PersistError, RecoveryReport
+from .base import CorruptRecord, Location, LogOwner, PersistError, RecoveredKeys, RecoveryReport
 from .record import DEL, EXPIRE, FILE_HDR_SIZE, FLUSH, HDR_SIZE, MAX_VALUE, SET, decode_header
 from .recovery import lock_directory, recover
 from .segment import HintBuilder, Segment, read_exact_into, seal
@@ -147,7 +147,7 @@ class SegmentLog(SegmentLogHooks):
 
     def recover(
         self, now_ms: int, progress: Callable[[int, int], None] | None = None
-    ) -> tuple[dict[bytes, tuple[Location, int]], RecoveryReport]:
+    ) -> tuple[RecoveredKeys, RecoveryReport]:
         if self._recovered:
             raise PersistError("recover() was already called")
         self.open_directory()

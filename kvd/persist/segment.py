@@ -156,11 +156,12 @@ def decode_hint(data: bytes, seg_id: int, data_len: int) -> list[Record] | None:
     end = len(data) - 8
     unpack = _HINT_ENT.unpack_from
     size = _HINT_ENT.size
+    new = tuple.__new__  # Record(...) without its Python frame: once per record of every hint at start-up
     try:
         for _ in range(count):
             rtype, klen, off, rlen, vlen, expire, lsn = unpack(data, pos)
             pos += size
-            records.append(Record(rtype, data[pos : pos + klen], off, rlen, vlen, expire, lsn))
+            records.append(new(Record, (rtype, data[pos : pos + klen], off, rlen, vlen, expire, lsn)))
             pos += klen
     except struct.error:
         return None

@@ -36,7 +36,7 @@ from .ram import RamTier
 from .scan import ScanIndex
 
 if TYPE_CHECKING:
-    from kvd.persist import Location, SegmentLog
+    from kvd.persist import Location, RecoveredKeys, SegmentLog
 
 log = logging.getLogger("kvd.keyspace")
 
@@ -325,14 +325,18 @@ class Keyspace:
 
     # -- recovery --------------------------------------------------------------------------------------------
 
-    def restore(self, recovered: dict[bytes, tuple[Location, int]]) -> None:
+    def restore(self, recovered: RecoveredKeys) -> None:
         """Install the index rebuilt from disk: every key starts cold and is promoted on first read."""
         heap: list[tuple[int, bytes]] = []
-        for key, (loc, expire_at) in recovered.items():
-            entry = Entry(None, expire_at, loc, self.scan.add(key))
-            self._entries[key] = entry
-            self.ram.add_key(key)
-            self.ram.cold[key] = entry
+        keys = list(recovered)
+        seq = self.scan.add_many(keys)  # in bulk: a sorted insert per key cost a third of this loop
+        self.ram.add_keys(keys)
+        entries, cold = self._entries, self.ram.cold
+        for key, (loc, expire_at, _, _) in recovered.items():
+            entry = Entry(None, expire_at, loc, seq)
+            seq += 1
+            entries[key] = entry
+            cold[key] = entry
             if expire_at:
                 heap.append((expire_at, key))
         self.expiry.rebuild(heap)

@@ -57,6 +57,9 @@ class RamTier:
     def add_key(self, key: bytes) -> None:
         self.used += self.key_charge(key)
 
+    def add_keys(self, keys: list[bytes]) -> None:
+        self.used += sum(map(len, keys)) + len(keys) * self.key_overhead
+
     def drop_key(self, key: bytes) -> None:
         self.used -= self.key_charge(key)
 

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kvd.persist import Location, RecoveryReport, SegmentLog
+from kvd.persist import Location, RecoveredKeys, RecoveryReport, SegmentLog
 
 
 def now_ms() -> int:
@@ -55,8 +55,8 @@ class Owner:
         for entry in self.entries.values():
             entry[2] = None
 
-    def restore(self, keys: dict[bytes, tuple[Location, int]]) -> None:
-        for key, (loc, expire) in keys.items():
+    def restore(self, keys: RecoveredKeys) -> None:
+        for key, (loc, expire, _, _) in keys.items():
             self.entries[key] = [loc, expire, None]
 
     async def get(self, key: bytes) -> bytes | bytearray | None:

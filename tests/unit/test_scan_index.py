@@ -74,3 +74,22 @@ def test_cursor_resumes_after_keys_added_past_it() -> None:
         cursor, keys = index.page(cursor, 4)
         rest.extend(keys)
     assert rest == [b"4", b"5", b"6", b"7", b"8", b"9", b"new"]
+
+
+def test_bulk_load_then_churn() -> None:
+    """add_many (a recovered keyspace) numbers keys as add would, in order, and SCAN keeps its promise after."""
+    index = ScanIndex()
+    keys = [b"r%d" % i for i in range(5000)]
+    first = index.add_many(keys)
+    assert len(index) == 5000
+    later = index.add(b"after")
+    assert later == first + 5000, "a key added after the bulk load is numbered after it"
+    index.remove(first + 10)  # r10
+    cursor, seen = 0, []
+    while True:
+        cursor, page = index.page(cursor, 97)
+        seen.extend(page)
+        if cursor == 0:
+            break
+    assert seen == [k for k in keys if k != b"r10"] + [b"after"]
+    assert index.add_many([]) == later + 1 and len(index) == 5000
