@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from .bufpool import BufferPool
 from .expiry import ExpiryHeap
+from .lru import Entry
 from .ram import RamTier
 from .scan import ScanIndex
 
@@ -45,16 +46,6 @@ Value = bytes | bytearray | memoryview
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-class Entry:
-    __slots__ = ("expire_at", "loc", "seq", "value")
-
-    def __init__(self, value: Value | None, expire_at: int, loc: Location | None, seq: int) -> None:
-        self.value = value
-        self.expire_at = expire_at  # absolute unix ms; 0 = no TTL
-        self.loc = loc
-        self.seq = seq
 
 
 class TierStats:
@@ -128,7 +119,7 @@ class Keyspace:
         value = entry.value
         if value is not None:
             stats.ram_hits += 1
-            self.ram.hot.move_to_end(key)
+            self.ram.hot.move_to_end(entry)
             return value
         stats.disk_hits += 1
         return self.load(key, entry)
@@ -166,7 +157,7 @@ class Keyspace:
         # Promote only if nobody changed the key while we read (every write gives the entry a new location).
         if self._entries.get(key) is entry and entry.value is None and entry.loc == loc and self._fits(value):
             entry.value = value
-            self.ram.admit(key, entry)
+            self.ram.admit(entry)
             self.stats.promotions += 1
             self._evict()
         return value
@@ -184,7 +175,7 @@ class Keyspace:
                 break
             count += 1
             if entry.value is not None:
-                self.ram.touch(key)
+                self.ram.touch(entry)
             elif prefetch and self.log is not None and entry.loc is not None and entry.loc.value_len <= budget:
                 budget -= entry.loc.value_len
                 self.load(key, entry)
@@ -214,9 +205,9 @@ class Keyspace:
         old = self._entries.get(key)
         if loc is not None and not self._fits(value):
             # Bigger than the whole RAM tier: keep it on disk only rather than flushing every other value out.
-            entry = Entry(None, expire_at, loc, 0)
+            entry = Entry(key, None, expire_at, loc, 0)
             self._swap(key, old, entry)
-            ram.cold[key] = entry
+            ram.add_cold(entry)
             self.stats.ram_demotions += 1
         elif old is not None and (old_value := old.value) is not None and key not in self.watched:
             # Overwriting a resident value, the hot path of a cache: the entry is updated in place and keeps its
@@ -227,15 +218,15 @@ class Keyspace:
             old.value = value
             old.expire_at = expire_at
             old.loc = loc
-            ram.replace(key, len(value) - len(old_value))
+            ram.replace(old, len(value) - len(old_value))
             if old_loc is not None and seg_log is not None:
                 seg_log.mark_dead(old_loc)
             self.pool.give(old_value)  # kept only if it was received in place and nothing else holds it
             entry = old
         else:
-            entry = Entry(value, expire_at, loc, 0)
+            entry = Entry(key, value, expire_at, loc, 0)
             self._swap(key, old, entry)
-            ram.admit(key, entry)
+            ram.admit(entry)
         if expire_at:
             self.expiry.live += 1
             self.expiry.schedule(key, expire_at)
@@ -331,14 +322,16 @@ class Keyspace:
         keys = list(recovered)
         seq = self.scan.add_many(keys)  # in bulk: a sorted insert per key cost a third of this loop
         self.ram.add_keys(keys)
-        entries, cold = self._entries, self.ram.cold
+        entries = self._entries
+        cold: list[Entry] = []
         for key, (loc, expire_at, _, _) in recovered.items():
-            entry = Entry(None, expire_at, loc, seq)
+            entry = Entry(key, None, expire_at, loc, seq)
             seq += 1
             entries[key] = entry
-            cold[key] = entry
+            cold.append(entry)
             if expire_at:
                 heap.append((expire_at, key))
+        self.ram.cold.extend(cold)
         self.expiry.rebuild(heap)
         self.expiry.live = len(heap)
 
@@ -378,7 +371,7 @@ class Keyspace:
 
     def _detach(self, key: bytes, entry: Entry) -> None:
         """Unhook an entry that is being replaced: RAM charge, TTL count and its disk record."""
-        self.ram.release(key, entry)
+        self.ram.release(entry)
         if entry.expire_at:
             self.expiry.live -= 1
         if entry.loc is not None and self.log is not None:
@@ -392,15 +385,15 @@ class Keyspace:
         if type(value) is bytearray:  # received in place; small values are bytes and never pooled
             self.pool.give(value)
 
-    def _demote(self, key: bytes, entry: Entry) -> None:
+    def _demote(self, entry: Entry) -> None:
         value = entry.value
-        self.ram.demote(key, entry)
+        self.ram.demote(entry)
         self.stats.ram_demotions += 1
         self.pool.give(value)
 
     def _remove(self, key: bytes, entry: Entry, *, log_delete: bool, mark_dead: bool = True) -> None:
         del self._entries[key]
-        self.ram.release(key, entry)
+        self.ram.release(entry)
         self.ram.drop_key(key)
         self.scan.remove(entry.seq)
         if entry.expire_at:
@@ -420,30 +413,28 @@ class Keyspace:
         if ram.budget and ram.used + extra > ram.budget:
             # Lossless demotion to disk is always allowed; only deleting keys is not.
             while ram.hot and ram.used + extra > ram.budget and self.log is not None:
-                key, entry = ram.oldest_hot()  # type: ignore[misc]
-                if entry.loc is None:
+                entry = ram.oldest_hot()
+                if entry is None or entry.loc is None:
                     break
-                self._demote(key, entry)
+                self._demote(entry)
             if ram.used + extra > ram.budget:
                 raise OutOfMemory
 
     def _evict(self) -> None:
         ram = self.ram
         while ram.over_budget():
-            oldest = ram.oldest_hot()
-            if oldest is not None:
-                key, entry = oldest
+            entry = ram.oldest_hot()
+            if entry is not None:
                 if entry.loc is not None:
-                    self._demote(key, entry)
+                    self._demote(entry)
                     continue
                 if self.policy == "noeviction":
                     return
-                self._remove(key, entry, log_delete=False)
+                self._remove(entry.key, entry, log_delete=False)
                 self.stats.evicted_keys += 1
                 continue
-            oldest = ram.oldest_cold()
-            if oldest is None or self.policy == "noeviction":
+            entry = ram.oldest_cold()
+            if entry is None or self.policy == "noeviction":
                 return
-            key, entry = oldest
-            self._remove(key, entry, log_delete=True)
+            self._remove(entry.key, entry, log_delete=True)
             self.stats.evicted_keys += 1

@@ -1,34 +1,36 @@
 """The RAM tier: an exact LRU over resident values, with a byte budget.
 
 Every key's metadata always lives in RAM (like Redis Flex, Dragonfly tiering and ElastiCache data tiering: a
-look-up never touches the disk). What the tier decides is which *values* stay resident. Two ordered dicts hold
-the keys: ``hot`` (value in RAM, least recently used first) and ``cold`` (value only on disk, oldest demotion
-first). Reads move a key to the end of ``hot``; eviction pops from the front.
+look-up never touches the disk). What the tier decides is which *values* stay resident. Two lists order the
+entries (``kvd/store/lru.py``, linked through the entries themselves): ``hot`` (value in RAM, least recently
+used first) and ``cold`` (value only on disk, oldest demotion first). Reads move an entry to the end of
+``hot``; eviction takes from the front.
 
 Exact rather than sampled LRU: Redis samples because its dict has no order and it cannot afford a linked list
-per key in C memory terms. CPython's ``OrderedDict`` keeps a C-level linked list already, ``move_to_end`` and
-``popitem(last=False)`` are O(1), and the values here are megabytes, so the per-key cost of exactness is noise
-next to one value while the hit rate is the best an LRU can get.
+per key in C memory terms. Here the links are two pointers in an object every key has anyway, a move to the
+end is O(1), and the hit rate is the best an LRU can get.
 
 Accounting. ``used`` counts, for every key, its length plus ``KEY_OVERHEAD`` (the Python objects that carry it:
-the Entry, dict slots, the SCAN index slot) plus, with persistence on, ``LOCATION_OVERHEAD`` (its record's
-``Location``), and for every resident value its length plus ``VALUE_OVERHEAD``. Without persistence their sum,
-384 bytes, is close to what a million small keys really cost the process: ``scripts/bench_server.py`` measured
-408-464 bytes of RSS per key for 12-byte keys with 16-byte values (docs/benchmarks.md; the spread is heap
-fragmentation left by the load, which moves with the heap layout), i.e. 380-436 bytes beyond the payload. With
-persistence on, a million 16-byte keys with 16-byte values cost 551 bytes per key against 454 without
-(``redis-benchmark -t set -d 16 -P 16 -r 1000000000``, RSS before and after). So ``maxmemory`` bounds what the
-process holds within about 15 % for tiny values, and exactly for the large values a KV cache stores.
+the Entry with its LRU links, the dict slot, the SCAN index slot) plus, with persistence on,
+``LOCATION_OVERHEAD`` (its record's ``Location``), and for every resident value its length plus
+``VALUE_OVERHEAD``. Without persistence their sum, 360 bytes, is close to what small keys really cost the
+process: a million 16-byte keys with 16-byte values, written by redis-py in pipelines of 10 000, added 401 bytes
+of RSS per key (369 beyond the payload) and 496-529 with persistence on (2026-11-23; before the LRU
+lists moved into the entries, 426-453 and 560). The figure moves by a few percent with heap fragmentation left
+by the load. So ``maxmemory`` bounds what the process holds within about 10 % for tiny values (the test
+``test_used_memory_tracks_what_small_keys_cost`` holds it to 20 %), and exactly for the large values a KV cache
+stores.
 
-Complexity: admit/touch/remove O(1); eviction O(1) per victim.
+Complexity: admit/touch/release/demote O(1); eviction O(1) per victim; clear O(n).
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from typing import Any
 
-KEY_OVERHEAD = 320
+from .lru import Entry, LruList
+
+KEY_OVERHEAD = 296
 LOCATION_OVERHEAD = 100  # a Location (a 4-field tuple, 72 bytes, and its offset, 32) for every persisted key
 VALUE_OVERHEAD = 64
 
@@ -39,8 +41,8 @@ class RamTier:
     def __init__(self, budget: int, persisted: bool = False) -> None:
         self.budget = budget  # 0 = unlimited
         self.key_overhead = KEY_OVERHEAD + (LOCATION_OVERHEAD if persisted else 0)
-        self.hot: OrderedDict[bytes, Any] = OrderedDict()
-        self.cold: OrderedDict[bytes, Any] = OrderedDict()
+        self.hot = LruList()  # value resident, least recently used first
+        self.cold = LruList()  # value on disk only, oldest demotion first
         self.used = 0
         self.resident_bytes = 0  # value bytes only, for INFO
 
@@ -63,48 +65,55 @@ class RamTier:
     def drop_key(self, key: bytes) -> None:
         self.used -= self.key_charge(key)
 
-    def admit(self, key: bytes, entry: Any) -> None:
-        """``entry.value`` became resident: a new write (the key is in neither dict) or a promotion."""
-        if entry.loc is not None:  # only a key with a disk record can have been cold
-            self.cold.pop(key, None)
-        self.hot[key] = entry
-        n = len(entry.value)
+    def admit(self, entry: Entry) -> None:
+        """``entry.value`` became resident: a new write (on no list) or a promotion (on ``cold``)."""
+        if entry.prev is not None:
+            self.cold.remove(entry)
+        self.hot.append(entry)
+        n = len(entry.value)  # type: ignore[arg-type]
         self.used += n + VALUE_OVERHEAD
         self.resident_bytes += n
 
-    def replace(self, key: bytes, delta: int) -> None:
+    def add_cold(self, entry: Entry) -> None:
+        """A new entry whose value lives only on disk."""
+        self.cold.append(entry)
+
+    def replace(self, entry: Entry, delta: int) -> None:
         """A resident value was overwritten in place, ``delta`` bytes longer: it becomes the most recent."""
-        self.hot.move_to_end(key)
+        self.hot.move_to_end(entry)
         self.used += delta
         self.resident_bytes += delta
 
-    def touch(self, key: bytes) -> None:
-        self.hot.move_to_end(key)
+    def touch(self, entry: Entry) -> None:
+        self.hot.move_to_end(entry)
 
-    def release(self, key: bytes, entry: Any) -> None:
-        """Forget a key (deleted, expired or overwritten); its charges must be dropped by the caller."""
+    def release(self, entry: Entry) -> None:
+        """Forget an entry (deleted, expired or overwritten); its key's charge must be dropped by the caller."""
+        if entry.prev is None:
+            return
         value = entry.value
         if value is not None:
-            if self.hot.pop(key, None) is not None:
-                n = len(value)
-                self.used -= n + VALUE_OVERHEAD
-                self.resident_bytes -= n
+            self.hot.remove(entry)
+            n = len(value)
+            self.used -= n + VALUE_OVERHEAD
+            self.resident_bytes -= n
         else:
-            self.cold.pop(key, None)
+            self.cold.remove(entry)
 
-    def demote(self, key: bytes, entry: Any) -> None:
+    def demote(self, entry: Entry) -> None:
         """Drop a resident value that is safe on disk; the key stays, cold."""
-        self.hot.pop(key, None)
-        self.used -= self.value_charge(entry.value)
-        self.resident_bytes -= len(entry.value)
+        self.hot.remove(entry)
+        n = len(entry.value)  # type: ignore[arg-type]
+        self.used -= n + VALUE_OVERHEAD
+        self.resident_bytes -= n
         entry.value = None
-        self.cold[key] = entry
+        self.cold.append(entry)
 
-    def oldest_hot(self) -> tuple[bytes, Any] | None:
-        return next(iter(self.hot.items()), None)
+    def oldest_hot(self) -> Entry | None:
+        return self.hot.oldest()
 
-    def oldest_cold(self) -> tuple[bytes, Any] | None:
-        return next(iter(self.cold.items()), None)
+    def oldest_cold(self) -> Entry | None:
+        return self.cold.oldest()
 
     def clear(self) -> None:
         self.hot.clear()
