@@ -237,9 +237,9 @@ class Keyspace:
         """Put ``entry`` in place of ``old`` (None: a new key), which is detached from every index."""
         if old is not None:
             self._detach(key, old)
-            entry.seq = old.seq
+            self.scan.replace(old, entry)
         else:
-            entry.seq = self.scan.add(key)
+            self.scan.add(entry)
             self.ram.add_key(key)
         self._entries[key] = entry
 
@@ -319,18 +319,16 @@ class Keyspace:
     def restore(self, recovered: RecoveredKeys) -> None:
         """Install the index rebuilt from disk: every key starts cold and is promoted on first read."""
         heap: list[tuple[int, bytes]] = []
-        keys = list(recovered)
-        seq = self.scan.add_many(keys)  # in bulk: a sorted insert per key cost a third of this loop
-        self.ram.add_keys(keys)
+        self.ram.add_keys(list(recovered))
         entries = self._entries
         cold: list[Entry] = []
         for key, (loc, expire_at, _, _) in recovered.items():
-            entry = Entry(key, None, expire_at, loc, seq)
-            seq += 1
+            entry = Entry(key, None, expire_at, loc, 0)
             entries[key] = entry
             cold.append(entry)
             if expire_at:
                 heap.append((expire_at, key))
+        self.scan.add_many(cold)  # in bulk: a sorted insert per key cost a third of this loop
         self.ram.cold.extend(cold)
         self.expiry.rebuild(heap)
         self.expiry.live = len(heap)
@@ -395,7 +393,7 @@ class Keyspace:
         del self._entries[key]
         self.ram.release(entry)
         self.ram.drop_key(key)
-        self.scan.remove(entry.seq)
+        self.scan.remove(entry)
         if entry.expire_at:
             self.expiry.live -= 1
         if self.log is not None and entry.loc is not None:

@@ -13,13 +13,13 @@ end is O(1), and the hit rate is the best an LRU can get.
 Accounting. ``used`` counts, for every key, its length plus ``KEY_OVERHEAD`` (the Python objects that carry it:
 the Entry with its LRU links, the dict slot, the SCAN index slot) plus, with persistence on,
 ``LOCATION_OVERHEAD`` (its record's ``Location``), and for every resident value its length plus
-``VALUE_OVERHEAD``. Without persistence their sum, 360 bytes, is close to what small keys really cost the
-process: a million 16-byte keys with 16-byte values, written by redis-py in pipelines of 10 000, added 401 bytes
-of RSS per key (369 beyond the payload) and 496-529 with persistence on (2026-11-23; before the LRU
-lists moved into the entries, 426-453 and 560). The figure moves by a few percent with heap fragmentation left
-by the load. So ``maxmemory`` bounds what the process holds within about 10 % for tiny values (the test
-``test_used_memory_tracks_what_small_keys_cost`` holds it to 20 %), and exactly for the large values a KV cache
-stores.
+``VALUE_OVERHEAD``. Without persistence their sum, 314 bytes, is close to what small keys really cost the
+process: a million 16-byte keys with 16-byte values, written by redis-py in pipelines of 10 000, added 328-342
+bytes of RSS per key (about 300 beyond the payload), and 463-468 with persistence on (2026-11-23; 426-453 and
+560 while the LRU order was an ``OrderedDict`` and SCAN's index a ``SortedDict``). The figure moves by a few
+percent with heap fragmentation left by the load. So ``maxmemory`` bounds what the process holds within about
+5 % for tiny values (``test_used_memory_tracks_what_small_keys_cost`` holds it to 20 %), and exactly for the
+large values a KV cache stores.
 
 Complexity: admit/touch/release/demote O(1); eviction O(1) per victim; clear O(n).
 """
@@ -30,7 +30,7 @@ from typing import Any
 
 from .lru import Entry, LruList
 
-KEY_OVERHEAD = 296
+KEY_OVERHEAD = 250
 LOCATION_OVERHEAD = 100  # a Location (a 4-field tuple, 72 bytes, and its offset, 32) for every persisted key
 VALUE_OVERHEAD = 64
 

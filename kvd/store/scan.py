@@ -5,50 +5,67 @@ a key is never returned twice unless it was deleted and added again in between. 
 binary cursor over a power-of-two hash table; a Python ``dict`` cannot be iterated across mutations at all.
 
 Here every key gets a sequence number when it is added (an overwrite keeps it; a delete frees it and a later
-re-add gets a new, higher one). The index maps sequence number -> key in a ``SortedDict``, and the cursor is
-simply "the next sequence number to visit". Sequence numbers only grow, so a key present for the whole iteration
-sits at one fixed position that the cursor passes exactly once: the guarantee is exact, not probabilistic, and
-duplicates never happen. Keys added during the iteration get numbers above every existing one and are returned
-if the cursor has not finished, which SCAN allows.
+re-add gets a new, higher one). The index keeps the keyspace's entries sorted by that number in a
+``SortedKeyList``, and the cursor is simply "the next sequence number to visit". Sequence numbers only grow, so a
+key present for the whole iteration sits at one fixed position that the cursor passes exactly once: the
+guarantee is exact, not probabilistic, and duplicates never happen. Keys added during the iteration get numbers
+above every existing one and are returned if the cursor has not finished, which SCAN allows.
 
-Complexity (n keys): add O(log n), add_many of m keys O(n + m) (one merge of sorted runs; m < n/4 are added one
-by one, O(m log n)), remove O(log n), one SCAN page O(log n + count), random key O(log n).
+The entries themselves are indexed (``kvd/store/lru.py``: an entry carries its key and its number), not a
+number -> key map: a ``SortedDict`` keeps a dict beside its sorted list, 57 more bytes per key, and that dict
+grows in one step like every CPython dict (89 ms at 2.8 million keys, on top of the keyspace's own table).
+A ``SortedKeyList`` is a list of short lists that only ever splits one of them: measured at 2.8 million keys,
+14 against 71 bytes per key, the slowest insert 0.1 against 89 ms, 600 against 855 ns per insert.
+
+Complexity (n keys): add O(log n), add_many of m keys O(n + m) (the new numbers are all above the old ones, so
+the sort is one merge of two runs), remove and replace O(log n), one SCAN page O(log n + count), random key
+O(log n).
 """
 
 from __future__ import annotations
 
 import random
+from operator import attrgetter
 
-from sortedcontainers import SortedDict
+from sortedcontainers import SortedKeyList
+
+from .lru import Entry
 
 
 class ScanIndex:
     __slots__ = ("_by_seq", "_next_seq")
 
     def __init__(self) -> None:
-        self._by_seq: SortedDict = SortedDict()
+        self._by_seq: SortedKeyList = SortedKeyList(key=attrgetter("seq"))
         self._next_seq = 1  # 0 is the cursor that starts and ends an iteration
 
     def __len__(self) -> int:
         return len(self._by_seq)
 
-    def add(self, key: bytes) -> int:
-        seq = self._next_seq
+    def add(self, entry: Entry) -> None:
+        """Index a new key's entry under the next sequence number (set in ``entry.seq``)."""
+        entry.seq = self._next_seq
         self._next_seq += 1
-        self._by_seq[seq] = key
-        return seq
+        self._by_seq.add(entry)
 
-    def add_many(self, keys: list[bytes]) -> int:
-        """Index ``keys`` in this order, the i-th with sequence number ``first + i``; returns ``first``. One bulk
-        load (``SortedDict.update`` sorts once, and the numbers arrive sorted) instead of a sorted insert per key:
-        a recovered keyspace is indexed this way."""
-        first = self._next_seq
-        self._next_seq += len(keys)
-        self._by_seq.update(zip(range(first, first + len(keys)), keys, strict=True))
-        return first
+    def add_many(self, entries: list[Entry]) -> None:
+        """Index ``entries`` in this order, numbered as ``add`` would number them. One bulk load instead of an
+        insert per key: a recovered keyspace is indexed this way."""
+        seq = self._next_seq
+        for entry in entries:
+            entry.seq = seq
+            seq += 1
+        self._next_seq = seq
+        self._by_seq.update(entries)
 
-    def remove(self, seq: int) -> None:
-        self._by_seq.pop(seq, None)
+    def remove(self, entry: Entry) -> None:
+        self._by_seq.discard(entry)  # by its number, then by identity (Entry has no __eq__)
+
+    def replace(self, old: Entry, new: Entry) -> None:
+        """``new`` takes ``old``'s place and number (an overwrite that made a new entry)."""
+        self._by_seq.discard(old)
+        new.seq = old.seq
+        self._by_seq.add(new)
 
     def clear(self) -> None:
         self._by_seq.clear()
@@ -58,17 +75,17 @@ class ScanIndex:
         keys: list[bytes] = []
         by_seq = self._by_seq
         last = 0
-        for seq in by_seq.irange(minimum=max(cursor, 1)):
-            keys.append(by_seq[seq])
-            last = seq
+        for entry in by_seq.irange_key(min_key=max(cursor, 1)):
+            keys.append(entry.key)
+            last = entry.seq
             if len(keys) >= count:
                 break
         else:
             return 0, keys
         # There may be more: continue after the last key returned, unless it was the last one.
-        return (0 if last == by_seq.peekitem(-1)[0] else last + 1), keys
+        return (0 if last == by_seq[-1].seq else last + 1), keys
 
     def random_key(self) -> bytes | None:
         if not self._by_seq:
             return None
-        return self._by_seq.peekitem(random.randrange(len(self._by_seq)))[1]
+        return self._by_seq[random.randrange(len(self._by_seq))].key  # type: ignore[no-any-return]
