@@ -102,10 +102,7 @@ class RamTier:
 
     def demote(self, entry: Entry) -> None:
         """Drop a resident value that is safe on disk; the key stays, cold."""
-        self.hot.remove(entry)
-        n = len(entry.value)  # type: ignore[arg-type]
-        self.used -= n + VALUE_OVERHEAD
-        self.resident_bytes -= n
+        self.release(entry)
         entry.value = None
         self.cold.append(entry)
 
