@@ -85,10 +85,12 @@ def check_startup(s: Settings) -> None:
 
 
 def _run(settings: Settings) -> int:
+    from kvd.gil import tune_switch_interval
     from kvd.memory import tune_allocator, tune_collector
 
     tune_allocator()
     tune_collector()  # before recovery, which builds the keyspace
+    tune_switch_interval()  # the persistence threads get the GIL back within 0.2 ms (kvd/gil.py)
     try:
         import uvloop  # measured faster for small requests; see docs/benchmarks.md
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
