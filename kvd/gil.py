@@ -9,11 +9,11 @@ running Python gives it up only when the switch interval has passed since the re
 5 ms, so a writer returning from ``pwritev`` while the loop parses requests could wait up to 5 ms to report a
 write of 256 KiB that took 50 us, and the clients waiting for those replies with it.
 
-kvd sets 0.2 ms. The cost is a GIL hand-over (a futex wake, some cache) each time a waiting thread's 0.2 ms
-run out, only while two threads both want to run Python; with persistence off the loop is the only Python
-thread and nothing changes. Measured with ``appendfsync everysec`` (kvd at 5 / 1 / 0.5 / 0.2 ms and
-redis-server side by side, alternating rounds of 4 s, raw RESP clients; redis-benchmark ``-d 64 -c 50
--r 100000``):
+kvd sets 0.2 ms (INFO server ``python_switch_interval_us``). The cost is a GIL hand-over (a futex wake, some
+cache) each time a waiting thread's 0.2 ms run out, only while two threads both want to run Python; with
+persistence off the loop is the only Python thread and nothing changes. Measured with ``appendfsync everysec``
+(kvd at 5 / 1 / 0.5 / 0.2 ms and redis-server side by side, alternating rounds of 4 s, raw RESP clients;
+redis-benchmark ``-d 64 -c 50 -r 100000``):
 
 * SET 256 KiB, 1 client, 3 rounds: 2365-2708 / 2373-2598 / - / 2716-2767 SET/s (redis-server 2965-3145);
 * SET 256 KiB, 4 clients: 3067-3464 / 3175-3466 / - / 3485-3529 (redis-server 3598-3714);

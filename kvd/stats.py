@@ -109,6 +109,7 @@ def _server(s: Server) -> list[tuple[str, object]]:
         ("arch_bits", 64 if sys.maxsize > 2**32 else 32),
         ("multiplexing_api", s.loop_name),
         ("python_version", platform.python_version()),
+        ("python_switch_interval_us", round(sys.getswitchinterval() * 1e6)),  # kvd/gil.py
         ("process_id", os.getpid()),
         ("run_id", s.run_id),
         ("tcp_port", s.bound_port),
