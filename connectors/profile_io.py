@@ -11,7 +11,8 @@ numbers are the RAM tier. KV tensors have the CPU backend's layout ``(num_blocks
   forward thread pays for a save;
 * seal: header + xxh3 checksum of the value (save thread);
 * set: pipelined SET (with the EXISTS pre-check) of the values (save thread, network);
-* get: MGET of the values;
+* get: MGET of the values into load buffers reused from pass to pass (``LoadBuffers``, as the connector does);
+  ``get, new buffers`` is the same MGET received into a fresh bytearray per value, for comparison;
 * decode: header checks + checksum;
 * scatter: copy into the KV tensors (``index_copy_``).
 
@@ -29,7 +30,7 @@ from pathlib import Path
 import torch
 
 from connectors import codec, hashing
-from connectors.client import ClientConfig, KvdClient
+from connectors.client import ClientConfig, KvdClient, LoadBuffers
 from connectors.testing import Server
 
 
@@ -97,7 +98,8 @@ def main() -> None:
     dst = torch.empty(payload, dtype=torch.uint8)
     bufs = [torch.empty(hdr + payload, dtype=torch.uint8) for _ in range(args.chunks)]
     views = [memoryview(b.numpy()).cast("B") for b in bufs]
-    got: list[bytes | None] = []
+    got: list[memoryview | None] = []
+    load_buffers = LoadBuffers(lambda n: (b := torch.empty(n, dtype=torch.uint8), memoryview(b.numpy()).cast("B")))
     payloads: list[memoryview] = []
     for _ in range(args.repeat):
         client.raw().delete(*keys)
@@ -123,7 +125,10 @@ def main() -> None:
             assert written == args.chunks, written
 
         def get() -> None:
-            got[:] = client.get_many(keys, hdr + payload)
+            got[:] = client.get_many(keys, hdr + payload, into=load_buffers)
+
+        def get_new() -> None:
+            client.get_many(keys, hdr + payload)
 
         def decode() -> None:
             payloads[:] = [
@@ -150,6 +155,7 @@ def main() -> None:
         timed("gather", gather)
         timed("seal", seal)
         timed("set", put)
+        timed("get, new buffers", get_new)
         timed("get", get)
         timed("decode", decode)
         timed("scatter", scatter)
@@ -157,7 +163,7 @@ def main() -> None:
     save = best["gather"] + best["seal"] + best["set"]
     load = best["get"] + best["decode"] + best["scatter"]
     print(f"{'stage':<28}{'ms/pass':>10}{'MiB/s':>10}{'x memcpy':>10}")
-    rows = [(k, best[k]) for k in ("memcpy", "gather", "seal", "set", "get", "decode", "scatter")]
+    rows = [(k, best[k]) for k in ("memcpy", "gather", "seal", "set", "get, new buffers", "get", "decode", "scatter")]
     rows += [("save total (gather+seal+set)", save), ("load total (get+decode+scatter)", load)]
     for name, dt in rows:
         print(f"{name:<28}{dt * 1e3:>10.1f}{_mbps(total_kv, dt):>10.0f}{dt / best['memcpy']:>10.1f}")

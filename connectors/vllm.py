@@ -61,7 +61,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStats
 
 from connectors import codec, hashing
-from connectors.client import ClientConfig, KvdClient
+from connectors.client import ClientConfig, KvdClient, LoadBuffers
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
@@ -566,6 +566,10 @@ class KvdConnector(KVConnectorBase_V1):
         self._cuda = first.is_cuda
         if self._cuda:
             self._side_stream = torch.cuda.Stream(device=first.device)
+        # Loads land in buffers kept from one step to the next (pinned on CUDA, so the H2D copies start from the
+        # received bytes; pin_memory() of a pinned tensor returns it as is).
+        self._load_buffers = LoadBuffers(self._load_buffer)
+        self._load_done: Any = None  # CUDA: the event after the last load's copies out of those buffers
         dtypes = {t.dtype for _, t, _, _ in layers}
         self._dtype = first.dtype if len(dtypes) == 1 else torch.uint8
         self._dtype_name = _TORCH_DTYPE_NAMES.get(self._dtype, str(self._dtype).removeprefix("torch."))
@@ -621,6 +625,10 @@ class KvdConnector(KVConnectorBase_V1):
         # Unknown block count: the CPU and most CUDA layouts put blocks first (or second after a K/V dim of 2).
         return (1, 1) if t.shape[0] == 2 and t.dim() >= 5 else (0, 1)
 
+    def _load_buffer(self, size: int) -> tuple[torch.Tensor, memoryview]:
+        buf = torch.empty(size, dtype=torch.uint8, pin_memory=self._cuda)  # not zeroed: received into before use
+        return buf, memoryview(buf.numpy()).cast("B")
+
     def _index(self, block_ids: list[int], ratio: int, device: torch.device) -> torch.Tensor:
         idx = block_ids if ratio == 1 else [b * ratio + k for b in block_ids for k in range(ratio)]
         return torch.tensor(idx, dtype=torch.long, device=device)
@@ -633,14 +641,19 @@ class KvdConnector(KVConnectorBase_V1):
             return
         start = time.perf_counter()
         ops = [(r.req_id, op) for r in meta.loads for op in r.chunks]
-        values = self._client.get_many([self._k(op.key) for _, op in ops], self._hdr + self._payload_bytes)
+        if self._load_done is not None:
+            self._load_done.synchronize()  # the last load's H2D copies read these buffers: done before reuse
+            self._load_done = None
+        values = self._client.get_many(
+            [self._k(op.key) for _, op in ops], self._hdr + self._payload_bytes, into=self._load_buffers
+        )
         loaded_bytes = 0
         loaded_tokens = 0
         loaded_chunks = 0
         failed_chunks = 0
         failed_reqs: set[str] = set()
         reasons: list[str] = []
-        for (req_id, op), value in zip(ops, values, strict=True):
+        for i, ((req_id, op), value) in enumerate(zip(ops, values, strict=True)):
             if req_id in failed_reqs:
                 # After a failed chunk the rest of the prefix is recomputed anyway; don't copy it.
                 self._load_errors.update(op.block_ids[op.skip_blocks :])
@@ -658,7 +671,8 @@ class KvdConnector(KVConnectorBase_V1):
                     chunk_hash=op.chunk_hash,
                     verify_checksum=self._s.verify_checksum,
                 )
-                self._copy_in(payload, op)
+                end = len(value)  # the value is the start of load buffer i, its payload the end of the value
+                self._copy_in(self._load_buffers.backing(i)[end - payload.nbytes : end], op)
             except codec.CodecError as exc:
                 failed_reqs.add(req_id)
                 reasons.append(exc.reason)
@@ -670,6 +684,8 @@ class KvdConnector(KVConnectorBase_V1):
             loaded_tokens += (len(op.block_ids) - op.skip_blocks) * self._block_size
         if self._cuda:
             torch.cuda.current_stream().wait_stream(self._side_stream)
+            self._load_done = torch.cuda.Event()
+            self._load_done.record(self._side_stream)
         elapsed_us = int((time.perf_counter() - start) * 1e6)
         STATS.add(
             loaded_chunks=loaded_chunks,
@@ -691,8 +707,8 @@ class KvdConnector(KVConnectorBase_V1):
                 logger.debug("kvd: load failures: %s", reasons)
         logger.debug("kvd: loaded %d tokens (%d bytes) in %d us", loaded_tokens, loaded_bytes, elapsed_us)
 
-    def _copy_in(self, payload: memoryview, op: ChunkOp) -> None:
-        src_all = torch.frombuffer(payload, dtype=torch.uint8)
+    def _copy_in(self, src_all: torch.Tensor, op: ChunkOp) -> None:
+        """Scatter one chunk's payload (bytes in its load buffer) into every layer's blocks."""
         off = 0
         for (_, kv, dim, ratio), shape, nbytes in zip(self._layers, self._chunk_shapes, self._layer_bytes, strict=True):
             src = src_all[off : off + nbytes].view(kv.dtype).view(shape)

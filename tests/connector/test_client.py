@@ -9,7 +9,7 @@ import time
 
 import redis
 
-from connectors.client import ClientConfig, KvdClient
+from connectors.client import ClientConfig, KvdClient, LoadBuffers
 from connectors.testing import Server, free_port
 
 
@@ -81,6 +81,38 @@ def test_get_many_and_put_many(kv_url: str) -> None:
     got = c.get_many([k for k, _ in items] + ["missing"], value_size_hint=1000)
     assert got[:10] == [bytes(v) for _, v in items]
     assert got[10] is None
+
+
+def test_get_many_into_reused_buffers(kv_url: str) -> None:
+    # Values land in the caller's buffers, one per position, across MGET batches; a larger value grows its
+    # buffer; a missing key leaves its buffer alone; buffers past keep_bytes are let go after the call.
+    c = _client(kv_url, max_batch_bytes=200_000)
+    sizes = [70_000, 70_000, 70_000, 70_000, 5]
+    items = [(f"in{i}", memoryview(bytes([65 + i]) * n)) for i, n in enumerate(sizes)]
+    assert c.put_many(items) == (5, sum(sizes))
+    into = LoadBuffers(keep_bytes=10**9)
+    keys = [k for k, _ in items]
+    got = c.get_many([*keys[:2], "missing", *keys[2:]], value_size_hint=70_000, into=into)
+    assert [None if v is None else bytes(v) for v in got] == [
+        bytes(items[0][1]),
+        bytes(items[1][1]),
+        None,
+        *(bytes(v) for _, v in items[2:]),
+    ]
+    assert all(type(v) is memoryview for v in got if v is not None)
+    first = into.backing(0)
+    assert into.backing(4) is not None and into.nbytes >= 4 * 70_002
+
+    c.raw().set("in0", b"z" * 90_000)  # larger than the buffer it had
+    again = c.get_many(keys, value_size_hint=70_000, into=into)
+    assert bytes(again[0]) == b"z" * 90_000 and into.backing(0) is not first
+    assert into.backing(1) is not None and bytes(again[1]) == bytes(items[1][1])
+    assert bytes(again[4]) == b"E" * 5
+
+    small = LoadBuffers(keep_bytes=100_000)
+    kept = c.get_many(keys[1:4], value_size_hint=70_000, into=small)
+    assert small.nbytes == 70_002  # the first buffer only; the others went with the call
+    assert [bytes(v) for v in kept] == [bytes(v) for _, v in items[1:4]]  # and what was returned stays valid
 
 
 def test_report_is_harmless_everywhere(kv_server: Server, kv_url: str) -> None:
