@@ -26,8 +26,8 @@ How the work is split (the same split as vLLM's own connectors):
 Blocks are copied as opaque bytes along the tensor's block dimension (found from the shape, not assumed), so the
 CPU backend's interleaved K/V layout and CUDA's ``(2, blocks, ...)`` layouts both work. On CUDA, saves gather on
 the device and copy into pinned host buffers with ``non_blocking`` on a side stream (the save thread waits on an
-event); loads go through a pinned staging buffer and a side stream that the compute stream then waits on. On CPU
-the copies go straight between the KV tensors and the network buffers.
+event); loads are received into pinned buffers kept from step to step and copied on a side stream that the
+compute stream then waits on. On CPU the copies go straight between the KV tensors and the network buffers.
 
 Failure policy: kvd down, a timeout, an evicted key, or a value that fails any header/checksum check is a miss.
 A chunk that the scheduler promised but the worker could not load is reported through
