@@ -8,7 +8,8 @@ numbers are the RAM tier. KV tensors have the CPU backend's layout ``(num_blocks
 
 * memcpy: ``torch.Tensor.copy_`` of one contiguous buffer of a chunk's size (the floor for any copy);
 * gather: the blocks of a chunk, all layers, into one value buffer (``index_select(out=)``): the only copy the
-  forward thread pays for a save;
+  forward thread pays for a save. The buffers are reused from pass to pass, as the connector reuses those of sent
+  saves; ``gather, new buffers`` gathers into a fresh tensor per chunk, for comparison;
 * seal: header + xxh3 checksum of the value (save thread);
 * set: pipelined SET (with the EXISTS pre-check) of the values (save thread, network);
 * get: MGET of the values into load buffers reused from pass to pass (``LoadBuffers``, as the connector does);
@@ -108,13 +109,19 @@ def main() -> None:
             for _ in range(args.chunks):
                 dst.copy_(src)
 
-        def gather() -> None:
+        def gather_into(targets: list[torch.Tensor]) -> None:
             for c in range(args.chunks):
                 off = hdr
                 for kv in layers:
-                    out = bufs[c][off : off + layer_bytes].view(dtype).view(chunk_shape)
+                    out = targets[c][off : off + layer_bytes].view(dtype).view(chunk_shape)
                     torch.index_select(kv, 0, idx[c], out=out)
                     off += layer_bytes
+
+        def gather() -> None:
+            gather_into(bufs)
+
+        def gather_new() -> None:
+            gather_into([torch.empty(hdr + payload, dtype=torch.uint8) for _ in range(args.chunks)])
 
         def seal() -> None:
             for c in range(args.chunks):
@@ -152,6 +159,7 @@ def main() -> None:
                     off += layer_bytes
 
         timed("memcpy", memcpy)
+        timed("gather, new buffers", gather_new)
         timed("gather", gather)
         timed("seal", seal)
         timed("set", put)
@@ -163,7 +171,20 @@ def main() -> None:
     save = best["gather"] + best["seal"] + best["set"]
     load = best["get"] + best["decode"] + best["scatter"]
     print(f"{'stage':<28}{'ms/pass':>10}{'MiB/s':>10}{'x memcpy':>10}")
-    rows = [(k, best[k]) for k in ("memcpy", "gather", "seal", "set", "get, new buffers", "get", "decode", "scatter")]
+    rows = [
+        (k, best[k])
+        for k in (
+            "memcpy",
+            "gather, new buffers",
+            "gather",
+            "seal",
+            "set",
+            "get, new buffers",
+            "get",
+            "decode",
+            "scatter",
+        )
+    ]
     rows += [("save total (gather+seal+set)", save), ("load total (get+decode+scatter)", load)]
     for name, dt in rows:
         print(f"{name:<28}{dt * 1e3:>10.1f}{_mbps(total_kv, dt):>10.0f}{dt / best['memcpy']:>10.1f}")
