@@ -98,10 +98,11 @@ class LoadBuffers:
         return self._backing[i]
 
     def trim(self) -> None:
+        """Let go of the buffers from the first one that takes the total past ``keep_bytes``."""
         total = 0
         for i, view in enumerate(self._views):
             total += view.nbytes
-            if total > self.keep_bytes and i > 0:
+            if total > self.keep_bytes:
                 del self._views[i:], self._backing[i:]
                 return
 

@@ -113,6 +113,9 @@ def test_get_many_into_reused_buffers(kv_url: str) -> None:
     kept = c.get_many(keys[1:4], value_size_hint=70_000, into=small)
     assert small.nbytes == 70_002  # the first buffer only; the others went with the call
     assert [bytes(v) for v in kept] == [bytes(v) for _, v in items[1:4]]  # and what was returned stays valid
+    tiny = LoadBuffers(keep_bytes=1000)  # even the first buffer goes when it alone is past the limit
+    assert bytes(c.get_many(keys[1:2], value_size_hint=70_000, into=tiny)[0]) == bytes(items[1][1])
+    assert tiny.nbytes == 0
 
 
 def test_report_is_harmless_everywhere(kv_server: Server, kv_url: str) -> None:
