@@ -134,6 +134,8 @@ class Client(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
+        if self._low_water is not None:
+            self._low_water.close()
         self.unwatch()
         self.server.unregister(self)
 

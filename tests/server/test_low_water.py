@@ -4,6 +4,9 @@ request, a client that stops halfway, a client that closes."""
 
 from __future__ import annotations
 
+import os
+import socket
+import struct
 import time
 
 import pytest
@@ -96,3 +99,33 @@ def test_a_client_that_closes_halfway_through_a_value_is_let_go(server):
         assert time.monotonic() < deadline, "the half-sent connection was never noticed closing"
         time.sleep(0.02)
     assert r.exists("half") == 0
+
+
+def open_descriptors(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+@pytest.mark.kvd_only
+@pytest.mark.parametrize("how", ["close", "reset"])
+def test_the_mark_costs_no_descriptor_once_a_connection_is_gone(server, how):
+    """The mark is set through a duplicate of the connection's descriptor (kvd/protocol/lowat.py): one more
+    descriptor while a connection that sent a large value is open, none once it has closed or been reset."""
+    r = server.client()
+    r.ping()
+    baseline = open_descriptors(server.pid)
+    conns = []
+    for i in range(20):
+        conn = server.raw()
+        send_in_pieces(conn, encode("SET", f"big:{i}", value(512 * 1024, i)), 4, pause=0.005)
+        assert conn.read_reply() == b"+OK\r\n"
+        conns.append(conn)
+    assert open_descriptors(server.pid) >= baseline + 2 * len(conns)  # each: its own and the duplicate
+    for conn in conns:
+        if how == "reset":  # RST instead of FIN: the connection ends with an error, not an EOF
+            conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        conn.close()
+    deadline = time.monotonic() + 5
+    while open_descriptors(server.pid) != baseline:
+        assert time.monotonic() < deadline, f"{open_descriptors(server.pid) - baseline} descriptors left behind"
+        time.sleep(0.02)
+    assert r.strlen("big:19") == 512 * 1024
