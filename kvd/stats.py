@@ -17,6 +17,7 @@ import time
 from typing import TYPE_CHECKING
 
 import kvd
+from kvd import buffers
 
 if TYPE_CHECKING:
     from kvd.server import Server
@@ -110,6 +111,7 @@ def _server(s: Server) -> list[tuple[str, object]]:
         ("multiplexing_api", s.loop_name),
         ("python_version", platform.python_version()),
         ("python_switch_interval_us", round(sys.getswitchinterval() * 1e6)),  # kvd/gil.py
+        ("buffer_calls", buffers.IMPLEMENTATION),  # kvd/buffers.py: c, ctypes or python
         ("process_id", os.getpid()),
         ("run_id", s.run_id),
         ("tcp_port", s.bound_port),

@@ -105,9 +105,22 @@ ensure_redis_tools() {
     ensure_apt redis-server redis-tools
 }
 
+ensure_c_toolchain() {
+    # ensure_c_toolchain PYTHON: a C compiler and PYTHON's headers, so pip builds kvd/_buffers.c (kvd works
+    # without it, through ctypes, but every large SET costs more: kvd/buffers.py).
+    local py="$1" include
+    command -v cc >/dev/null 2>&1 || ensure_apt gcc libc6-dev
+    include="$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')"
+    if [ ! -f "$include/Python.h" ]; then
+        # Debian's own interpreter keeps its headers in pythonX.Y-dev; pyenv and python.org builds ship them.
+        ensure_apt "python$("$py" -c 'import sys; print("%d.%d" % sys.version_info[:2])')-dev"
+    fi
+}
+
 ensure_venv() {
-    # ensure_venv [EXTRAS]: .venv (Python >= 3.11) with kvd installed in editable mode (+ extras).
-    # Redone when pyproject.toml changes (the stamp holds its hash).
+    # ensure_venv [EXTRAS]: .venv (Python >= 3.11) with kvd installed in editable mode (+ extras), its C
+    # extension compiled. Redone when the build's inputs change (the stamp holds their hash), or when the
+    # extension is missing although a compiler is there.
     local extras="${1:-}"
     local stamp="$VENV/.kvd-installed${extras:+-$extras}"
     if [ ! -x "$VENV/bin/python" ] ||
@@ -117,14 +130,16 @@ ensure_venv() {
         "$(pick_python)" -m venv "$VENV"
         "$VENV/bin/python" -m pip install -q --upgrade pip
     fi
+    ensure_c_toolchain "$VENV/bin/python"
     local want
-    want="$(sha256sum "$REPO/pyproject.toml" | cut -d' ' -f1)"
+    want="$(cat "$REPO/pyproject.toml" "$REPO/setup.py" "$REPO/kvd/_buffers.c" | sha256sum | cut -d' ' -f1)"
     # kvd[test] includes plain kvd: either stamp will do for run.sh.
     if [ -z "$extras" ] && [ -f "$VENV/.kvd-installed-test" ] && [ "$(cat "$VENV/.kvd-installed-test")" = "$want" ]; then
         stamp="$VENV/.kvd-installed-test"
     fi
     if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ] ||
-        ! "$VENV/bin/python" -c 'import kvd' >/dev/null 2>&1; then
+        ! "$VENV/bin/python" -c 'import kvd' >/dev/null 2>&1 ||
+        { command -v cc >/dev/null 2>&1 && ! "$VENV/bin/python" -c 'import kvd._buffers' >/dev/null 2>&1; }; then
         section "installing kvd${extras:+[$extras]} into .venv"
         "$VENV/bin/python" -m pip install -q -e "$REPO${extras:+[$extras]}"
         echo "$want" >"$stamp"

@@ -18,11 +18,12 @@ buffer first.
 The cut happens in the read callback itself, so the command runs in the same loop step. That needs one thing
 the buffer protocol does not give: uvloop holds its view of the buffer it read into until ``buffer_updated``
 returns, and a bytearray with a live view cannot be resized. So the event loop is handed an *unpinned* view
-(``unpinned_view``): a memoryview made with ``PyMemoryView_FromMemory`` over the bytearray's memory, which
-does not export the bytearray. It is safe because the parser keeps the bytearray referenced and does not
-resize it until the read into that view has been reported, and the event loop writes only in the read that
-directly follows ``get_buffer`` (uvloop, asyncio's selector and SSL transports all do). Deferring the cut one
-loop step instead cost an extra loop iteration per request (a ``call_soon`` and an ``epoll_wait``).
+(``unpinned_view`` in ``kvd/buffers.py``): a memoryview made with ``PyMemoryView_FromMemory`` over the
+bytearray's memory, which does not export the bytearray. It is safe because the parser keeps the bytearray
+referenced and does not resize it until the read into that view has been reported, and the event loop writes
+only in the read that directly follows ``get_buffer`` (uvloop, asyncio's selector and SSL transports all do).
+Deferring the cut one loop step instead cost an extra loop iteration per request (a ``call_soon`` and an
+``epoll_wait``).
 
 A request of another shape is detected from its first bytes. What landed becomes the receive buffer until it
 is parsed (or, if only a few bytes arrived, is copied into it), and landing stays off until two large requests
@@ -38,34 +39,8 @@ Complexity: O(header) per check; arming and trimming are O(1).
 
 from __future__ import annotations
 
-import ctypes
-from collections.abc import Callable
-
 LANDING_MAX = 4 << 20  # above this the two extra reads are noise next to the copy itself
 KEY_SLACK = 64  # keys up to this much longer than the one that armed the template still land
-
-
-def _unpinned_view_maker() -> Callable[[bytearray, int], memoryview] | None:
-    try:
-        address_of = ctypes.pythonapi.PyByteArray_AsString  # the bytearray's current start, no export
-        view_of = ctypes.pythonapi.PyMemoryView_FromMemory
-    except (AttributeError, OSError):  # pragma: no cover - an interpreter without the C API exported
-        return None
-    address_of.restype = ctypes.c_void_p
-    address_of.argtypes = (ctypes.py_object,)
-    view_of.restype = ctypes.py_object
-    view_of.argtypes = (ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int)
-    writable = 0x200  # PyBUF_WRITE
-
-    def unpinned_view(buf: bytearray, start: int) -> memoryview:
-        """A writable view of ``buf[start:]`` that neither keeps ``buf`` alive nor stops it from being resized:
-        the caller must hold ``buf`` and leave its size alone while the view may be written."""
-        return view_of(address_of(buf) + start, len(buf) - start, writable)
-
-    return unpinned_view
-
-
-unpinned_view = _unpinned_view_maker()  # None: landing stays off
 
 
 class Template:

@@ -40,10 +40,10 @@ try:  # a declared dependency; without it the pure-Python paths below parse ever
 except ImportError:  # pragma: no cover
     hiredis = None
 
-from kvd.store.bufpool import uninitialized
+from kvd.buffers import uninitialized, unpinned_view
 
 from .errors import DropConnection, ProtocolError
-from .landing import LANDING_MAX, Template, unpinned_view
+from .landing import LANDING_MAX, Template
 
 if TYPE_CHECKING:
     from hiredis import Reader

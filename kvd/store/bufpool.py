@@ -11,7 +11,7 @@ caller's variable is the last reference (no reply view in a transport, no pendin
 read holds it). The pool is bounded in bytes and keeps at most a few buffers per size; it never holds more than
 ``max_bytes`` of memory that the RAM tier has already stopped counting.
 
-A pool miss allocates with ``uninitialized()``: the bytearray CPython's C API makes without clearing it, for
+A pool miss allocates with ``uninitialized()`` (``kvd/buffers.py``): a bytearray that is not cleared first, for
 memory the kernel is about to overwrite anyway (zeroing 1 MiB measured 17 us, the uninitialised allocation 1 us).
 
 Complexity: take and give are O(1).
@@ -19,28 +19,11 @@ Complexity: take and give are O(1).
 
 from __future__ import annotations
 
-import ctypes
 import sys
-from collections.abc import Callable
 
 MIN_SIZE = 32 * 1024  # the parser receives values of this size and up in place
 _OWNER_REFS = 3  # the caller's variable, give()'s parameter, getrefcount()'s argument
 _EXACT = sys.getsizeof(bytearray(1)) - 1  # getsizeof of a bytearray allocated for exactly its length, less it
-
-
-def _uninitialized_allocator() -> Callable[[int], bytearray]:
-    try:
-        make = ctypes.pythonapi.PyByteArray_FromStringAndSize  # NULL contents: allocated, not cleared
-    except (AttributeError, OSError):  # pragma: no cover - an interpreter without the C API exported
-        return bytearray
-    make.restype = ctypes.py_object
-    make.argtypes = (ctypes.c_void_p, ctypes.c_ssize_t)
-    return lambda size: make(None, size)
-
-
-uninitialized: Callable[[int], bytearray] = _uninitialized_allocator()
-"""``uninitialized(n)``: a bytearray of n bytes with arbitrary contents. Only for memory that is fully written
-before anything reads it (a receive buffer whose value is used only once every byte has arrived)."""
 
 
 class BufferPool:

@@ -96,6 +96,12 @@ def test_the_daemon_shortens_the_switch_interval(server):
     assert server.client().info("server")["python_switch_interval_us"] == 200
 
 
+@pytest.mark.kvd_only
+def test_info_names_the_compiled_buffer_calls(server):
+    """kvd/buffers.py: the daemon the set-up installs makes landing's C-API calls through kvd/_buffers.c."""
+    assert server.client().info("server")["buffer_calls"] == "c"
+
+
 def test_info_counts_reads_and_writes(server):
     """``total_reads_processed`` / ``total_writes_processed``: an unpipelined request is one read and one write.
     Between the two INFO snapshots: the N PINGs, plus the second INFO's read and the first INFO's reply."""

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from kvd.store.bufpool import MIN_SIZE, BufferPool, uninitialized
+from kvd.buffers import uninitialized
+from kvd.store.bufpool import MIN_SIZE, BufferPool
 
 
 def test_unreferenced_buffer_is_recycled_and_reused_exactly_once():

@@ -1,0 +1,88 @@
+"""kvd/buffers.py: the two C-API buffer operations, checked against their contract in every implementation that
+can load here (the compiled ``kvd._buffers`` and the ctypes fallback), and the set-up really builds the first."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from kvd import buffers
+
+IMPLEMENTATIONS = {"c": buffers._from_extension(), "ctypes": buffers._from_ctypes()}
+
+
+def test_the_set_up_compiles_the_extension():
+    """scripts/setup.sh installs a C compiler and pip builds kvd/_buffers.c: a silent fall back to ctypes would
+    cost every large SET (kvd/buffers.py)."""
+    assert IMPLEMENTATIONS["c"] is not None, "kvd._buffers was not built: run pip install -e . with a C compiler"
+    assert buffers.IMPLEMENTATION == "c"
+    assert buffers.uninitialized is IMPLEMENTATIONS["c"][0]
+
+
+@pytest.fixture(params=sorted(IMPLEMENTATIONS))
+def impl(request):
+    found = IMPLEMENTATIONS[request.param]
+    if found is None:
+        pytest.skip(f"{request.param} implementation not available here")
+    return found
+
+
+@pytest.mark.parametrize("size", [0, 1, 4096, 1 << 20])
+def test_uninitialized_is_a_resizable_bytearray_of_that_size(impl, size):
+    uninitialized, _ = impl
+    buf = uninitialized(size)
+    assert type(buf) is bytearray and len(buf) == size
+    buf[:] = b"x" * size
+    assert buf == b"x" * size
+    buf.extend(b"yz")
+    del buf[:1]
+    assert len(buf) == size + 1
+
+
+def test_uninitialized_refuses_what_bytearray_refuses(impl):
+    uninitialized, _ = impl
+    with pytest.raises(ValueError):
+        uninitialized(-1)
+    with pytest.raises(TypeError):
+        uninitialized("12")
+
+
+def test_unpinned_view_writes_into_the_bytearray_from_start(impl):
+    _, unpinned_view = impl
+    buf = bytearray(b"0123456789")
+    view = unpinned_view(buf, 3)
+    assert type(view) is memoryview and not view.readonly and view.format == "B"
+    assert len(view) == 7 and view.tobytes() == b"3456789"
+    view[:4] = b"abcd"
+    assert buf == b"012abcd789"
+    assert len(unpinned_view(buf, 10)) == 0
+
+
+def test_unpinned_view_lets_the_bytearray_be_resized_and_holds_no_reference(impl):
+    """What landing needs (kvd/protocol/landing.py), and what a plain memoryview forbids."""
+    _, unpinned_view = impl
+    buf = bytearray(b"header:value\r\n")
+    with pytest.raises(BufferError):
+        pinned = memoryview(buf)
+        del buf[:7]
+    pinned.release()
+    refs = sys.getrefcount(buf)
+    view = unpinned_view(buf, 0)
+    assert sys.getrefcount(buf) == refs
+    view[:7] = b"HEADER:"
+    del buf[:7]  # the cut landing makes while the event loop still holds its view
+    del buf[5:]
+    assert buf == b"value"
+    del view
+
+
+def test_unpinned_view_checks_its_arguments(impl):
+    _, unpinned_view = impl
+    buf = bytearray(8)
+    for start in (-1, 9):
+        with pytest.raises(IndexError):
+            unpinned_view(buf, start)
+    for not_a_bytearray in (bytes(8), memoryview(bytearray(8)), [0] * 8):
+        with pytest.raises(TypeError):
+            unpinned_view(not_a_bytearray, 0)
