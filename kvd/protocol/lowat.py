@@ -11,15 +11,16 @@ lets a TCP socket say so (``SO_RCVLOWAT``): ``epoll`` reports it readable only w
 keeps sending. So the rest of the value arrives in one read. The mark goes back to 1 as soon as the argument is
 complete, before the next request can be waited for.
 
-How much to wait for (measured with one client pinned to one core and the server to the other, 24 rounds,
-medians; redis-server in the same rounds):
-
-* up to ``WHOLE`` (1 MiB) missing: all of it. 256 KiB SET 65 -> 52 us of server CPU (Redis 52) and 8.0k ->
-  10.2k SET/s (Redis 8.6k); 1 MiB SET 165 -> 114 us (Redis 149), 3.3k -> 3.6k SET/s (Redis 3.4k).
-* more than that: ``CHUNK`` (256 KiB) at a time, then the last ``WHOLE``. Waiting for a whole 4 MiB value
-  cost throughput with one client: the server then copies only after the client has sent everything, where
-  reading pieces overlaps the two copies on the two cores (1 MiB pieces were slower too: the kernel also clamps
-  the window to the mark when it grows the receive buffer for it).
+How much to wait for: what is missing up to ``CHUNK`` (256 KiB) at once; beyond that, ``CHUNK`` at a time, so
+that the server copies one piece while the client is still copying the next and the two copies overlap on the
+two cores. Measured against one client pinned to one core and the server to the other (Intel host, 24 rounds,
+medians; redis-server in the same rounds), a mark for all of what is missing against none: 256 KiB SET 65 -> 52
+us of server CPU (Redis 52) and 8.0k -> 10.2k SET/s (Redis 8.6k); 1 MiB SET 165 -> 114 us (Redis 149), 3.3k ->
+3.6k SET/s (Redis 3.4k). Waiting for all of a 4 MiB value cost throughput with one client (750 against 968
+SET/s), and so, on an AMD EPYC host without pinning, did waiting for all of a 1 MiB value rather than 256 KiB at
+a time (8 alternating rounds, medians: 2819 -> 3760 SET/s with one client, Redis 3678; 3527 -> 3690 with four;
+4 MiB 873 -> 936; 512 KiB and 2 MiB within noise either way). 128 KiB steps were no better than 256 KiB, and
+1 MiB pieces were slower (the kernel also clamps the window to the mark when it grows the receive buffer).
 
 The mark is set through a socket object over a duplicate of the connection's descriptor (``os.dup``: the same
 socket, a descriptor of our own), made the first time the connection sends a large value and closed with it.
@@ -33,8 +34,8 @@ CPU per SET, 7395 -> 7799 SET/s (redis-server 68.2 us, 10301/s); 1 MiB: 248.6 ->
 The cost of the duplicate: one more descriptor per connection that has sent a value of ``MIN`` bytes or more;
 if there is none to be had (``EMFILE``), that connection reads without the mark, as before.
 
-Two or three ``setsockopt`` calls per argument up to 1 MiB (set, perhaps lowered by a read the event loop
-makes on its own, reset), one more per 256 KiB beyond; none for small requests, which pay only the check
+Two or three ``setsockopt`` calls per argument up to 256 KiB (set, perhaps lowered by a read the event loop
+makes on its own, reset), at most one more per 256 KiB beyond; none for small requests, which pay only the check
 (about 0.1 us per read). Not used for TLS (the socket carries ciphertext the TLS layer may already have
 buffered, so the count would be wrong) nor for Unix sockets (whose ``poll`` ignores the mark)."""
 
@@ -44,8 +45,7 @@ import os
 import socket
 
 MIN = 64 * 1024  # below this much missing a wake-up saves too little to pay for two system calls
-WHOLE = 1024 * 1024  # wait for all of what is missing up to this much
-CHUNK = 256 * 1024  # beyond it, wake up for every this much (the copies of client and server overlap)
+CHUNK = 256 * 1024  # wait for at most this much at a time (so the copies of client and server overlap)
 _SUPPORTED = hasattr(socket, "SO_RCVLOWAT")
 
 
@@ -61,7 +61,7 @@ class ReceiveLowWater:
 
     def follow(self, missing: int) -> None:
         """Set the mark for ``missing`` bytes still to come (0: none); a system call only when it changes."""
-        mark = (missing if missing <= WHOLE else CHUNK) if missing >= MIN else 1
+        mark = min(missing, CHUNK) if missing >= MIN else 1
         if mark == self._mark or self._fd < 0:
             return
         try:

@@ -52,9 +52,9 @@ def test_a_value_sent_in_pieces_is_read_in_few_wakeups(server_factory, monkeypat
         per_set = (reads(r) - before - 1) / rounds  # less the INFO request of the second client
     for i in range(rounds):
         assert r.get(f"chunk:{i:04d}") == value(size, i)
-    # The header's read, the read when the mark is reached (and a read the event loop makes on its own when a
-    # buffer fills up). Above 1 MiB the mark wakes kvd every 256 KiB, so a 3 MiB value takes up to 12 more.
-    limit = 3 if size <= 1024 * 1024 else 3 + size // (256 * 1024)
+    # The header's read, one read per 256 KiB the mark waits for, and a read the event loop makes on its own when
+    # a buffer fills up.
+    limit = 2 + -(-size // (256 * 1024))
     assert per_set <= limit, f"{per_set} reads per SET of {size} bytes sent in {pieces} pieces"
 
 
