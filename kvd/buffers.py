@@ -12,11 +12,11 @@ must keep ``buf`` referenced and leave its size alone while the view may be writ
 
 Where each comes from, fastest first (``IMPLEMENTATION`` says which; ``INFO server`` shows it):
 
-* ``"c"``: ``kvd/_buffers.c``, built by pip from ``pyproject.toml``. Each operation is one call into the C API.
+* ``"c"``: ``kvd/_buffers.c``, built by pip (``setup.py``). Each operation is one call into the C API.
 * ``"ctypes"``: the same C API functions through ``ctypes``, where the extension was not built (no C compiler).
   Same results, but each call goes through libffi and ctypes' type machinery. Measured in the running server
   with one client sending 256 KiB SETs (``perf`` on CPython 3.12's ``-X perf``, AMD EPYC host): the two calls
-  of ``unpinned_view`` and the one of ``uninitialized`` took 9.5 us of a landed SET's 26 us of Python, because
+  of ``unpinned_view`` and the one of ``uninitialized`` took 9.5 us of a landed SET's 41 us of user time, because
   each runs right after the value's copy has flushed the caches ctypes' tables live in. Moving them to C, 10
   alternating 1 s rounds: 91.1 -> 80.0 us of server CPU per SET, 8396 -> 8862 SET/s (redis-server: 68.2 us,
   9917/s); 1 MiB: 212.3 -> 199.9 us.
