@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from test_parser_properties import SETTINGS, drive, multibulk, new_parser
 
 import kvd.protocol.parser as parser_module
+from kvd import buffers
 from kvd.protocol.errors import ProtocolError
 from kvd.protocol.landing import KEY_SLACK
 from kvd.protocol.parser import BIG_ARG
@@ -40,7 +41,21 @@ def feed_one(parser, data: bytes, out: list) -> int:
     return n
 
 
-def test_a_repeated_shape_lands_whole_in_one_read_and_becomes_the_value():
+@pytest.fixture(params=["c", "ctypes"])
+def buffer_calls(request):
+    """The parser with each implementation of kvd/buffers.py that can load here: the compiled extension, and the
+    ctypes calls kvd falls back to where it was not built."""
+    found = {"c": buffers._from_extension, "ctypes": buffers._from_ctypes}[request.param]()
+    if found is None:
+        pytest.skip(f"{request.param} buffer calls not available here")
+    with (
+        mock.patch.object(parser_module, "uninitialized", found[0]),
+        mock.patch.object(parser_module, "unpinned_view", found[1]),
+    ):
+        yield request.param
+
+
+def test_a_repeated_shape_lands_whole_in_one_read_and_becomes_the_value(buffer_calls):
     p = new_parser()
     out: list = []
     first = set_request(b"key:0001", value(1)) + set_request(b"key:0009", value(9))
@@ -146,6 +161,24 @@ def test_any_mix_of_set_shapes_parses_like_the_general_path(keys, lengths, sizes
     requests = [[b"SET", key, value(i, lengths[i % len(lengths)])] for i, key in enumerate(keys * 2)]
     data = b"".join(multibulk(r) for r in requests)
     assert drive(new_parser(), data, sizes) == requests
+
+
+def test_without_the_c_api_landing_is_off_and_every_request_still_parses():
+    """kvd/buffers.py's last resort (neither the extension nor ctypes' C API): ``bytearray`` allocates and there is
+    no unpinned view, so a repeated shape never arms landing and goes the general way."""
+    with (
+        mock.patch.object(parser_module, "uninitialized", bytearray),
+        mock.patch.object(parser_module, "unpinned_view", None),
+    ):
+        p = new_parser()
+        out: list = []
+        for i in range(4):  # one request at a time, as a client waiting for each reply sends them
+            request = set_request(b"key:%04d" % i, value(i))
+            consumed = 0
+            while consumed < len(request):
+                assert len(p.get_buffer()) < N, "landing must stay off without an unpinned view"
+                consumed += feed_one(p, request[consumed:], out)
+    assert [[bytes(a) for a in c] for c in out] == [[b"SET", b"key:%04d" % i, value(i)] for i in range(4)]
 
 
 def test_no_landing_before_auth_or_above_the_bulk_limit():

@@ -71,6 +71,7 @@ def test_unpinned_view_lets_the_bytearray_be_resized_and_holds_no_reference(impl
     view = unpinned_view(buf, 0)
     assert sys.getrefcount(buf) == refs
     view[:7] = b"HEADER:"
+    assert buf[:7] == b"HEADER:"
     del buf[:7]  # the cut landing makes while the event loop still holds its view
     del buf[5:]
     assert buf == b"value"
