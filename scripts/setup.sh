@@ -23,18 +23,47 @@ as_root() {
     fi
 }
 
+usable_python() {
+    # usable_python PYTHON: Python >= 3.11 that can make a venv with pip in it (Debian splits ensurepip out).
+    "$1" -c 'import sys, venv, ensurepip; sys.exit(sys.version_info < (3, 11))' >/dev/null 2>&1
+}
+
 pick_python() {
-    # The newest-compatible interpreter first in the order the vLLM environment prefers (3.11), then others.
+    # The interpreter .venv is made from, and so the one the daemon runs on. KVD_PYTHON names one outright.
+    # Otherwise Debian's own /usr/bin/python3.11 comes first: it is built with profile-guided optimisation and
+    # libpython linked into the executable, while pyenv's default build (first on PATH here) is neither, and
+    # kvd's per-request Python costs 12-18 % less on Debian's (docs/benchmarks.md, "Which interpreter"). Its
+    # venv module is a separate package, installed here when missing (best effort). Then PATH order, 3.11 first
+    # as the vLLM environment prefers.
     local candidate
+    if [ -n "${KVD_PYTHON:-}" ]; then
+        usable_python "$KVD_PYTHON" || {
+            echo "KVD_PYTHON=$KVD_PYTHON is not a Python >= 3.11 with the venv and ensurepip modules" >&2
+            exit 1
+        }
+        echo "$KVD_PYTHON"
+        return
+    fi
+    if [ -x /usr/bin/python3.11 ] && command -v dpkg-query >/dev/null 2>&1; then
+        usable_python /usr/bin/python3.11 || (ensure_apt python3.11-venv) >&2 || true
+        if usable_python /usr/bin/python3.11; then
+            echo /usr/bin/python3.11
+            return
+        fi
+    fi
     for candidate in python3.11 python3 python3.12 python3.13; do
-        if command -v "$candidate" >/dev/null 2>&1 &&
-            "$candidate" -c 'import sys, venv; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+        if command -v "$candidate" >/dev/null 2>&1 && usable_python "$candidate"; then
             command -v "$candidate"
             return
         fi
     done
     echo "kvd needs Python 3.11 or newer (with the venv module)" >&2
     exit 1
+}
+
+base_python() {
+    # base_python PYTHON: the real interpreter behind PYTHON (through pyenv's shims and a venv's links).
+    "$1" -c 'import os, sys; print(os.path.realpath(getattr(sys, "_base_executable", sys.executable)))' 2>/dev/null
 }
 
 deb_installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
@@ -123,15 +152,16 @@ ensure_c_toolchain() {
 
 ensure_venv() {
     # ensure_venv [EXTRAS]: .venv (Python >= 3.11) with kvd installed in editable mode (+ extras), its C
-    # extension compiled. Redone when the build's inputs change (the stamp holds their hash), or when the
-    # extension is missing although a compiler is there.
+    # extension compiled. Made anew when it was made from another interpreter than pick_python's; kvd is
+    # reinstalled when the build's inputs change (the stamp holds their hash), or when the extension is missing
+    # although a compiler is there.
     local extras="${1:-}"
-    local stamp="$VENV/.kvd-installed${extras:+-$extras}"
-    if [ ! -x "$VENV/bin/python" ] ||
-        ! "$VENV/bin/python" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
-        section "creating $VENV"
+    local stamp="$VENV/.kvd-installed${extras:+-$extras}" python
+    python="$(pick_python)"
+    if [ ! -x "$VENV/bin/python" ] || [ "$(base_python "$VENV/bin/python")" != "$(base_python "$python")" ]; then
+        section "creating $VENV from $(base_python "$python")"
         rm -rf "$VENV"
-        "$(pick_python)" -m venv "$VENV"
+        "$python" -m venv "$VENV"
         "$VENV/bin/python" -m pip install -q --upgrade pip
     fi
     ensure_c_toolchain "$VENV/bin/python"

@@ -1,0 +1,52 @@
+"""scripts/setup.sh's choice of interpreter: the one .venv (and so the daemon) runs on."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SETUP = REPO / "scripts" / "setup.sh"
+
+
+def _setup(function: str, **env: str) -> subprocess.CompletedProcess[str]:
+    environ = {k: v for k, v in os.environ.items() if k != "KVD_PYTHON"} | env
+    return subprocess.run(
+        ["bash", "-c", f'source "{SETUP}"; {function}'],
+        capture_output=True,
+        text=True,
+        env=environ,
+        stdin=subprocess.DEVNULL,
+        timeout=300,
+    )
+
+
+def _base(python: str) -> str:
+    probe = "import os, sys; print(os.path.realpath(getattr(sys, '_base_executable', sys.executable)))"
+    return subprocess.run([python, "-c", probe], capture_output=True, text=True, check=True).stdout.strip()
+
+
+@pytest.mark.skipif(Path(sys.prefix).resolve() != (REPO / ".venv").resolve(), reason="tests are not run from .venv")
+def test_venv_is_made_from_the_interpreter_the_set_up_picks():
+    """ensure_venv remakes .venv when it was made from another interpreter (pyenv's, say, before the set-up
+    preferred Debian's): otherwise a machine set up earlier keeps running kvd on the slower build."""
+    picked = _setup("pick_python")
+    assert picked.returncode == 0, picked.stderr
+    assert _base(sys.executable) == _base(picked.stdout.strip().splitlines()[-1])
+
+
+def test_kvd_python_names_the_interpreter():
+    picked = _setup("pick_python", KVD_PYTHON=sys.executable)
+    assert picked.returncode == 0, picked.stderr
+    assert picked.stdout.strip() == sys.executable
+
+
+def test_an_unusable_kvd_python_is_refused_with_its_name():
+    picked = _setup("pick_python", KVD_PYTHON="/bin/false")
+    assert picked.returncode == 1
+    assert picked.stdout == ""
+    assert "KVD_PYTHON=/bin/false is not a Python >= 3.11" in picked.stderr
