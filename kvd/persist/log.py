@@ -427,8 +427,12 @@ class SegmentLog(SegmentLogHooks):
                 dead.discard(entry[10])
         self._pending_bytes = pending
         barriers = self._barriers
-        while barriers and barriers[0][0] <= self._done_ticket:
-            self._wake(barriers.popleft()[1], None)
+        while barriers and barriers[0][0] <= ticket:  # _wake(), inline: one waiter per client with a write
+            waiter = barriers.popleft()[1]
+            try:
+                waiter(None)
+            except Exception:
+                self.logger.exception("a write barrier's waiter failed")
 
     def on_failed(self, seg_id: int, good_end: int, text: str) -> None:
         message = MISCONF_PREFIX + text
