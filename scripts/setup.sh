@@ -150,11 +150,20 @@ ensure_c_toolchain() {
     fi
 }
 
+can_build_extension() {
+    # can_build_extension PYTHON: a C compiler and PYTHON's headers are there, so a missing kvd/_buffers.c build
+    # is worth another pip install (without them pip skips the optional extension every time).
+    local include
+    command -v cc >/dev/null 2>&1 || return 1
+    include="$("$1" -c 'import sysconfig; print(sysconfig.get_paths()["include"])' 2>/dev/null)" || return 1
+    [ -f "$include/Python.h" ]
+}
+
 ensure_venv() {
     # ensure_venv [EXTRAS]: .venv (Python >= 3.11) with kvd installed in editable mode (+ extras), its C
     # extension compiled. Made anew when it was made from another interpreter than pick_python's; kvd is
     # reinstalled when the build's inputs change (the stamp holds their hash), or when the extension is missing
-    # although a compiler is there.
+    # although it could be built.
     local extras="${1:-}"
     local stamp="$VENV/.kvd-installed${extras:+-$extras}" python
     python="$(pick_python)"
@@ -173,7 +182,7 @@ ensure_venv() {
     fi
     if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ] ||
         ! "$VENV/bin/python" -c 'import kvd' >/dev/null 2>&1 ||
-        { command -v cc >/dev/null 2>&1 && ! "$VENV/bin/python" -c 'import kvd._buffers' >/dev/null 2>&1; }; then
+        { can_build_extension "$VENV/bin/python" && ! "$VENV/bin/python" -c 'import kvd._buffers' >/dev/null 2>&1; }; then
         section "installing kvd${extras:+[$extras]} into .venv"
         "$VENV/bin/python" -m pip install -q -e "$REPO${extras:+[$extras]}"
         echo "$want" >"$stamp"

@@ -50,3 +50,22 @@ def test_an_unusable_kvd_python_is_refused_with_its_name():
     assert picked.returncode == 1
     assert picked.stdout == ""
     assert "KVD_PYTHON=/bin/false is not a Python >= 3.11" in picked.stderr
+
+
+def _fake_python(tmp_path: Path, include: Path) -> str:
+    """A stand-in interpreter whose only answer is where its headers are."""
+    script = tmp_path / "python"
+    script.write_text(f"#!/bin/sh\necho {include}\n")
+    script.chmod(0o755)
+    return str(script)
+
+
+@pytest.mark.skipif(subprocess.run(["sh", "-c", "command -v cc"]).returncode, reason="no C compiler here")
+def test_the_extension_is_retried_only_where_it_can_be_built(tmp_path):
+    """Without the Python headers pip skips the optional extension every time: ensure_venv must not reinstall kvd
+    on every call there (it checks ``can_build_extension`` before retrying a missing build)."""
+    headers = tmp_path / "include"
+    headers.mkdir()
+    assert _setup(f"can_build_extension {_fake_python(tmp_path, headers)}").returncode == 1
+    (headers / "Python.h").write_text("")
+    assert _setup(f"can_build_extension {_fake_python(tmp_path, headers)}").returncode == 0
