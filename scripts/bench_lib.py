@@ -486,6 +486,8 @@ def sync_worker(spec: dict[str, Any], widx: int, barrier: Any, q: Any) -> None:
     """One client process: connect, warm up, wait for the others, run the timed loop, report."""
     client: Any = None
     try:
+        if spec.get("cpus"):  # bench_ab.py --pin: clients on one core, servers on the other
+            os.sched_setaffinity(0, spec["cpus"])
         kind = spec["client"]
         if kind in ("raw", "ceiling"):
             client = RawClient(spec["port"], cap=spec.get("cap", 1 * MiB))

@@ -148,29 +148,47 @@ def ensure_redis() -> str:
     return path
 
 
-def start_kvd(name: str, loop: str, persistence: str, workdir: Path, variant: str = "") -> Server:
+def _pinned(cmd: list[str], cpus: str) -> list[str]:
+    """``cmd`` run on the CPUs listed in ``cpus`` ("1", "0-1"; "" for wherever the scheduler puts it)."""
+    return ["taskset", "-c", cpus, *cmd] if cpus else cmd
+
+
+def start_kvd(
+    name: str,
+    loop: str,
+    persistence: str,
+    workdir: Path,
+    variant: str = "",
+    *,
+    python: str = PY,
+    tree: Path = ROOT,
+    cpus: str = "",
+) -> Server:
+    """kvd from ``tree`` (another checkout: bench_ab.py) on ``python`` (another interpreter), pinned to ``cpus``."""
     port = free_port()
     d = workdir / name
     d.mkdir(parents=True, exist_ok=True)
     if variant:  # proposed changes applied as monkeypatches (bench_lib.VARIANTS)
-        cmd = [PY, str(Path(__file__).with_name("bench_lib.py")), "kvd-variant", variant.replace("+", ","), "--"]
+        cmd = [python, str(Path(__file__).with_name("bench_lib.py")), "kvd-variant", variant.replace("+", ","), "--"]
     else:
-        cmd = [PY, "-m", "kvd"]
+        cmd = [python, "-m", "kvd"]
     cmd += ["--port", str(port), "--bind", "127.0.0.1", "--maxmemory", "8gb"]
     if persistence == "off":
         cmd += ["--persistence", "no"]
     else:
         cmd += ["--persistence", "yes", "--appendfsync", persistence, "--dir", str(d / "data")]
     env = dict(os.environ, KVD_EVENT_LOOP=loop)
+    if tree != ROOT:
+        env["PYTHONPATH"] = str(tree)
     log = d / "kvd.log"
     with open(log, "wb") as f:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(_pinned(cmd, cpus), cwd=tree, env=env, stdout=f, stderr=subprocess.STDOUT)
     srv = Server(name, "kvd", port, proc, log, {"loop": loop, "variant": variant})
     _wait_ready(srv)
     return srv
 
 
-def start_redis(name: str, persistence: str, workdir: Path) -> Server:
+def start_redis(name: str, persistence: str, workdir: Path, *, cpus: str = "") -> Server:
     port = free_port()
     d = workdir / name
     d.mkdir(parents=True, exist_ok=True)
@@ -182,7 +200,7 @@ def start_redis(name: str, persistence: str, workdir: Path) -> Server:
         cmd += ["--appendonly", "yes", "--appendfsync", persistence]
     log = d / "stdout.log"
     with open(log, "wb") as f:
-        proc = subprocess.Popen(cmd, cwd=d, stdout=f, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(_pinned(cmd, cpus), cwd=d, stdout=f, stderr=subprocess.STDOUT)
     srv = Server(name, "redis", port, proc, log)
     _wait_ready(srv)
     return srv
@@ -249,6 +267,8 @@ def run_clients(
         d = _cpu_seconds(pid) - cpu0
         total_ops = ops + sum(r.get("warm", 0) for r in results)
         extra["srv_cpu_us_op"] = 1e6 * (d[0] + d[1]) / max(1, total_ops)
+        extra["srv_user_us_op"] = 1e6 * d[0] / max(1, total_ops)
+        extra["srv_sys_us_op"] = 1e6 * d[1] / max(1, total_ops)
         extra["srv_cpu_pct"] = 100 * (d[0] + d[1]) / elapsed if elapsed else 0.0
     return {
         **extra,
@@ -363,7 +383,7 @@ def bench_redis_benchmark(data: list[Server], args: argparse.Namespace, out: dic
         best: dict[tuple[str, str], dict[str, Any]] = {}
         for rep in range(args.reps):
             for srv in data if rep % 2 == 0 else data[::-1]:
-                for row in _redis_benchmark_round(srv, pipeline, n):
+                for row in redis_benchmark_round(srv, pipeline, n):
                     key = (srv.name, row["test"])
                     prev = best.get(key)
                     rate = row.get("rps", 0.0)
@@ -383,8 +403,8 @@ def bench_redis_benchmark(data: list[Server], args: argparse.Namespace, out: dic
                         )
 
 
-def _redis_benchmark_round(srv: Server, pipeline: int, n: int) -> list[dict[str, Any]]:
-    cmd = ["redis-benchmark", "-h", "127.0.0.1", "-p", str(srv.port), "-t", "set,get", "-d", "64"]
+def redis_benchmark_round(srv: Server, pipeline: int, n: int, tests: str = "set,get") -> list[dict[str, Any]]:
+    cmd = ["redis-benchmark", "-h", "127.0.0.1", "-p", str(srv.port), "-t", tests, "-d", "64"]
     cmd += ["-n", str(n), "-c", "50", "-r", "100000", "-P", str(pipeline), "--csv"]
     cpu0 = _cpu_seconds(srv.pid)
     try:
@@ -393,7 +413,8 @@ def _redis_benchmark_round(srv: Server, pipeline: int, n: int) -> list[dict[str,
     except subprocess.TimeoutExpired as exc:
         text = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
     d_cpu = _cpu_seconds(srv.pid) - cpu0
-    cpu_us = 1e6 * (d_cpu[0] + d_cpu[1]) / (2 * n)  # per request, SET and GET together
+    requests = n * len(tests.split(","))
+    cpu_us = 1e6 * (d_cpu[0] + d_cpu[1]) / requests  # per request, every test together
     parsed = list(csv.reader(io.StringIO(text)))
     header = parsed[0] if parsed else []
     rows = []
@@ -408,6 +429,8 @@ def _redis_benchmark_round(srv: Server, pipeline: int, n: int) -> list[dict[str,
                 "p50_ms": float(d.get("p50_latency_ms", "nan")),
                 "p99_ms": float(d.get("p99_latency_ms", "nan")),
                 "srv_cpu_us_op": cpu_us,
+                "srv_user_us_op": 1e6 * d_cpu[0] / requests,
+                "srv_sys_us_op": 1e6 * d_cpu[1] / requests,
             }
         )
     if not rows:
