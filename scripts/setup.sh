@@ -32,7 +32,7 @@ pick_python() {
     # The interpreter .venv is made from, and so the one the daemon runs on. KVD_PYTHON names one outright.
     # Otherwise Debian's own /usr/bin/python3.11 comes first: it is built with profile-guided optimisation and
     # libpython linked into the executable, while pyenv's default build (first on PATH here) is neither, and
-    # kvd's per-request Python costs 12-18 % less on Debian's (docs/benchmarks.md, "Which interpreter"). Its
+    # kvd's per-request Python costs 8-20 % less on Debian's (docs/benchmarks.md, "Which interpreter"). Its
     # venv module is a separate package, installed here when missing (best effort). Then PATH order, 3.11 first
     # as the vLLM environment prefers.
     local candidate
