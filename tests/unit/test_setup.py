@@ -34,7 +34,8 @@ def _base(python: str) -> str:
 def test_venv_is_made_from_the_interpreter_the_set_up_picks():
     """ensure_venv remakes .venv when it was made from another interpreter (pyenv's, say, before the set-up
     preferred Debian's): otherwise a machine set up earlier keeps running kvd on the slower build."""
-    picked = _setup("pick_python")
+    chosen = {"KVD_PYTHON": os.environ["KVD_PYTHON"]} if os.environ.get("KVD_PYTHON") else {}
+    picked = _setup("pick_python", **chosen)
     assert picked.returncode == 0, picked.stderr
     assert _base(sys.executable) == _base(picked.stdout.strip().splitlines()[-1])
 
