@@ -138,25 +138,33 @@ ensure_c_toolchain() {
     # ensure_c_toolchain PYTHON: a C compiler and PYTHON's headers, so pip builds kvd/_buffers.c. Best effort:
     # kvd works without the extension, through ctypes, but every large SET costs more (kvd/buffers.py), and
     # tests/unit/test_buffers.py fails where the set-up did not build it.
-    local py="$1" include headers
+    local py="$1" headers
     if ! command -v cc >/dev/null 2>&1; then
         (ensure_apt gcc libc6-dev) || note "no C compiler: kvd/_buffers.c is not built (kvd uses ctypes, slower)"
     fi
-    include="$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')"
-    if [ ! -f "$include/Python.h" ]; then
+    if ! has_python_headers "$py"; then
         # Debian's own interpreter keeps its headers in pythonX.Y-dev; pyenv and python.org builds ship them.
         headers="python$("$py" -c 'import sys; print("%d.%d" % sys.version_info[:2])')-dev"
         (ensure_apt "$headers") || note "no Python headers ($headers): kvd/_buffers.c is not built (kvd uses ctypes)"
     fi
 }
 
+has_python_headers() {
+    # has_python_headers PYTHON: PYTHON's Python.h is installed (pip needs it to build kvd/_buffers.c).
+    local include
+    include="$("$1" -c 'import sysconfig; print(sysconfig.get_paths()["include"])' 2>/dev/null)" || return 1
+    [ -f "$include/Python.h" ]
+}
+
 can_build_extension() {
     # can_build_extension PYTHON: a C compiler and PYTHON's headers are there, so a missing kvd/_buffers.c build
     # is worth another pip install (without them pip skips the optional extension every time).
-    local include
-    command -v cc >/dev/null 2>&1 || return 1
-    include="$("$1" -c 'import sysconfig; print(sysconfig.get_paths()["include"])' 2>/dev/null)" || return 1
-    [ -f "$include/Python.h" ]
+    command -v cc >/dev/null 2>&1 && has_python_headers "$1"
+}
+
+venv_made_from() {
+    # venv_made_from VENV PYTHON: VENV exists and was made from the interpreter behind PYTHON.
+    [ -x "$1/bin/python" ] && [ "$(base_python "$1/bin/python")" = "$(base_python "$2")" ]
 }
 
 ensure_venv() {
@@ -167,7 +175,7 @@ ensure_venv() {
     local extras="${1:-}"
     local stamp="$VENV/.kvd-installed${extras:+-$extras}" python
     python="$(pick_python)"
-    if [ ! -x "$VENV/bin/python" ] || [ "$(base_python "$VENV/bin/python")" != "$(base_python "$python")" ]; then
+    if ! venv_made_from "$VENV" "$python"; then
         section "creating $VENV from $(base_python "$python")"
         rm -rf "$VENV"
         "$python" -m venv "$VENV"

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from .bufpool import BufferPool
 from .expiry import ExpiryHeap
 from .lru import Entry
-from .ram import VALUE_OVERHEAD, RamTier
+from .ram import RamTier
 from .scan import ScanIndex
 
 if TYPE_CHECKING:
@@ -203,7 +203,7 @@ class Keyspace:
         loc = seg_log.append_set(key, value, expire_at) if seg_log is not None else None
         ram = self.ram
         old = self._entries.get(key)
-        if loc is not None and ram.budget and len(value) + VALUE_OVERHEAD > ram.budget // 2:  # not _fits(), inline
+        if loc is not None and not self._fits(value):
             # Bigger than the whole RAM tier: keep it on disk only rather than flushing every other value out.
             entry = Entry(key, None, expire_at, loc, 0)
             self._swap(key, old, entry)

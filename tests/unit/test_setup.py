@@ -70,3 +70,17 @@ def test_the_extension_is_retried_only_where_it_can_be_built(tmp_path):
     assert _setup(f"can_build_extension {_fake_python(tmp_path, headers)}").returncode == 1
     (headers / "Python.h").write_text("")
     assert _setup(f"can_build_extension {_fake_python(tmp_path, headers)}").returncode == 0
+
+
+def test_a_venv_made_from_another_interpreter_is_noticed(tmp_path):
+    """ensure_venv remakes .venv unless ``venv_made_from`` holds: a venv is judged by the interpreter behind it,
+    through pyenv's shims and the venv's own links, not by its path."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to(sys.executable)
+    assert _setup(f"venv_made_from {venv} {sys.executable}").returncode == 0
+    other = tmp_path / "other"
+    other.write_text("#!/bin/sh\necho /opt/some/other/python3.11\n")
+    other.chmod(0o755)
+    assert _setup(f"venv_made_from {venv} {other}").returncode == 1
+    assert _setup(f"venv_made_from {tmp_path / 'missing'} {sys.executable}").returncode == 1
