@@ -427,12 +427,8 @@ class SegmentLog(SegmentLogHooks):
                 dead.discard(entry[10])
         self._pending_bytes = pending
         barriers = self._barriers
-        while barriers and barriers[0][0] <= ticket:  # _wake(), inline: one waiter per client with a write
-            waiter = barriers.popleft()[1]
-            try:
-                waiter(None)
-            except Exception:
-                self.logger.exception("a write barrier's waiter failed")
+        while barriers and barriers[0][0] <= ticket:
+            self._wake(barriers.popleft()[1], None)
 
     def on_failed(self, seg_id: int, good_end: int, text: str) -> None:
         message = MISCONF_PREFIX + text
