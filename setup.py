@@ -1,9 +1,15 @@
-"""The one C extension, ``kvd/_buffers.c`` (two C-API calls on the path of every large SET, see kvd/buffers.py).
+"""The C extensions, both on the path of every large SET: ``kvd/_buffers.c`` (two C-API calls, see kvd/buffers.py)
+and ``kvd/protocol/_receive.c`` (the reads in the middle of a large value, see kvd/protocol/receive.py).
 
-Everything else is in pyproject.toml. The extension is optional: where it cannot be compiled (no C compiler or
-no Python headers), the install still succeeds and kvd/buffers.py makes the same calls through ctypes, slower.
+Everything else is in pyproject.toml. Both are optional: where they cannot be compiled (no C compiler or no
+Python headers), the install still succeeds and kvd does the same in ctypes and Python, slower.
 """
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("kvd._buffers", sources=["kvd/_buffers.c"], optional=True)])
+setup(
+    ext_modules=[
+        Extension("kvd._buffers", sources=["kvd/_buffers.c"], optional=True),
+        Extension("kvd.protocol._receive", sources=["kvd/protocol/_receive.c"], optional=True),
+    ]
+)

@@ -4,7 +4,9 @@ The life of a request, in this file:
 
 1. ``get_buffer``/``buffer_updated`` (asyncio ``BufferedProtocol``): the event loop ``recv_into``s memory the
    parser hands out, so a 32 MiB SET value lands in its final bytearray (``kvd/protocol/parser.py``), or a
-   whole repeated SET lands in one buffer that becomes its value (``kvd/protocol/landing.py``).
+   whole repeated SET lands in one buffer that becomes its value (``kvd/protocol/landing.py``). Once the rest
+   of a large value is all that can come, the C receiver (``kvd/protocol/receive.py``) takes those reads
+   without calling Python and reports them here as one.
 2. ``_run``: complete commands are executed strictly in order. A handler writes its reply into ``_out`` (a list
    of buffers) and returns None, or returns an awaitable when it needs the disk. Then the pipeline of this
    client is suspended (reading paused) until it completes; other clients carry on.
@@ -40,10 +42,11 @@ from typing import TYPE_CHECKING, Any
 
 from kvd.commands import COMMANDS
 from kvd.commands.registry import ALIASES, NOAUTH
-from kvd.protocol import errors
+from kvd.protocol import errors, lowat
 from kvd.protocol.errors import CommandError, DropConnection, ProtocolError
 from kvd.protocol.lowat import ReceiveLowWater
 from kvd.protocol.parser import RequestParser
+from kvd.protocol.receive import Receiver
 from kvd.protocol.reply import Buffer, ReplyWriter
 from kvd.store.keyspace import OutOfMemory
 
@@ -77,9 +80,16 @@ class Client(asyncio.BufferedProtocol):
             authenticated=self.authenticated,
             pool=server.keyspace.pool,
         )
-        # BufferedProtocol.get_buffer, called by the event loop before every read: the parser's own method,
-        # bound here so each read costs one Python frame less.
-        self.get_buffer = self.parser.get_buffer
+        # BufferedProtocol's two calls per read. With the C receiver they go to it: it takes the reads in the
+        # middle of a large value itself and passes the others on to the parser's get_buffer and to this class's
+        # buffer_updated. Without it, get_buffer is the parser's own, bound here to save a frame per read.
+        self._receiver = None
+        if Receiver is not None:
+            receiver = self._receiver = Receiver(self.parser.get_buffer, self.buffer_updated, lowat.MIN, lowat.CHUNK)
+            self.get_buffer = receiver.get_buffer
+            self.buffer_updated = receiver.buffer_updated  # type: ignore[method-assign]
+        else:
+            self.get_buffer = self.parser.get_buffer
         self.name = b""
         self.lib_name = b""
         self.lib_ver = b""
@@ -121,7 +131,10 @@ class Client(asyncio.BufferedProtocol):
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             _set_keepalive(sock, settings.tcp_keepalive)
             if transport.get_extra_info("sslcontext") is None:
-                self._low_water = ReceiveLowWater(sock.fileno())
+                if self._receiver is not None:
+                    self._receiver.use_fd(sock.fileno())
+                else:
+                    self._low_water = ReceiveLowWater(sock.fileno())
         soft = settings.client_output_buffer_soft_limit
         if soft:
             transport.set_write_buffer_limits(high=soft, low=soft // 2)
@@ -134,21 +147,22 @@ class Client(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
+        if self._receiver is not None:
+            self._receiver.close()
         if self._low_water is not None:
             self._low_water.close()
         self.unwatch()
         self.server.unregister(self)
 
-    def buffer_updated(self, nbytes: int) -> None:
+    def buffer_updated(self, nbytes: int, reads: int = 1) -> None:
+        """``nbytes`` arrived in the last buffer handed out; from the C receiver, in ``reads`` reads."""
         self.last_active = _monotonic()
         stats = self.stats
         stats.net_input_bytes += nbytes
-        stats.reads_processed += 1
+        stats.reads_processed += reads
         parsed = self._parsed
         try:
             self.parser.feed(nbytes, parsed)
-            if self._low_water is not None:
-                self._low_water.follow(self.parser.missing())
         except ProtocolError as exc:
             self._protocol_error = exc
             self._set_reading(False)
@@ -161,7 +175,8 @@ class Client(asyncio.BufferedProtocol):
             self._queue.extend(parsed)
             parsed.clear()
         elif not self._queue and self._protocol_error is None:
-            return  # nothing complete yet (a large value still arriving): no batch to end
+            self._await_value()  # a large value still arriving: wake up once more of it is in
+            return
         if not self._busy:
             self._run()
         elif self._reading:
@@ -169,6 +184,19 @@ class Client(asyncio.BufferedProtocol):
             # batch completes. Pausing only now (not when the wait starts) spares a client that waits for its
             # reply two epoll_ctl calls per request; the cost is at most one read of queued requests.
             self._set_reading(False)
+        self._await_value()  # after the replies: a pipelined large value may be half in
+
+    def _await_value(self) -> None:
+        """Between the reads of a large value: the C receiver takes the rest without calling back until it is
+        all in; without it the low-water mark follows what is missing. Either way the mark goes back to 1 only
+        after the replies (Linux signals readiness at once if the next request is already queued), so that
+        system call is not on the client's round trip."""
+        if self._receiver is not None:
+            fill = self.parser.pending_fill()
+            if fill is not None:
+                self._receiver.expect(*fill)
+        elif self._low_water is not None:
+            self._low_water.follow(self.parser.missing())
 
     def eof_received(self) -> bool:
         # Keep the transport open for replies to commands already received; close when they are sent.
@@ -409,7 +437,7 @@ class Client(asyncio.BufferedProtocol):
         out_size = self.transport.get_write_buffer_size() if self.transport and not self._closed else 0
         return (
             f"id={self.id} addr={self.addr} laddr={self.laddr} fd=-1 name={self.name.decode(errors='replace')} "
-            f"age={int(now - self.created)} idle={int(now - self.last_active)} flags=N db=0 sub=0 psub=0 ssub=0 "
+            f"age={int(now - self.created)} idle={int(self.idle(now))} flags=N db=0 sub=0 psub=0 ssub=0 "
             f"multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs={len(self.parser._buf)} rbp=0 obl=0 oll=0 "
             f"omem={out_size} tot-mem={out_size + len(self.parser._buf)} events=r cmd={self.last_command} "
             f"user=default redir=-1 resp={self.reply.proto} lib-name={self.lib_name.decode(errors='replace')} "
@@ -481,6 +509,13 @@ class Client(asyncio.BufferedProtocol):
     @property
     def busy(self) -> bool:
         return self._busy
+
+    def idle(self, now: float) -> float:
+        """Seconds since this client last sent anything (reads the C receiver took count too)."""
+        last = self.last_active
+        if self._receiver is not None:
+            last = max(last, self._receiver.last_read)
+        return now - last
 
     def close_gracefully(self) -> None:
         """Shutdown: stop reading; close once replies in flight are sent."""

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import kvd
 from kvd import buffers
+from kvd.protocol import receive
 
 if TYPE_CHECKING:
     from kvd.server import Server
@@ -112,6 +113,7 @@ def _server(s: Server) -> list[tuple[str, object]]:
         ("python_version", platform.python_version()),
         ("python_switch_interval_us", round(sys.getswitchinterval() * 1e6)),  # kvd/gil.py
         ("buffer_calls", buffers.IMPLEMENTATION),  # kvd/buffers.py: c, ctypes or python
+        ("receive_path", receive.PATH),  # kvd/protocol/receive.py: c or python
         ("process_id", os.getpid()),
         ("run_id", s.run_id),
         ("tcp_port", s.bound_port),

@@ -183,14 +183,14 @@ ensure_venv() {
     fi
     ensure_c_toolchain "$VENV/bin/python"
     local want
-    want="$(cat "$REPO/pyproject.toml" "$REPO/setup.py" "$REPO/kvd/_buffers.c" | sha256sum | cut -d' ' -f1)"
+    want="$(cat "$REPO/pyproject.toml" "$REPO/setup.py" "$REPO/kvd/_buffers.c" "$REPO/kvd/protocol/_receive.c" | sha256sum | cut -d' ' -f1)"
     # kvd[test] includes plain kvd: either stamp will do for run.sh.
     if [ -z "$extras" ] && [ -f "$VENV/.kvd-installed-test" ] && [ "$(cat "$VENV/.kvd-installed-test")" = "$want" ]; then
         stamp="$VENV/.kvd-installed-test"
     fi
     if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ] ||
         ! "$VENV/bin/python" -c 'import kvd' >/dev/null 2>&1 ||
-        { can_build_extension "$VENV/bin/python" && ! "$VENV/bin/python" -c 'import kvd._buffers' >/dev/null 2>&1; }; then
+        { can_build_extension "$VENV/bin/python" && ! "$VENV/bin/python" -c 'import kvd._buffers, kvd.protocol._receive' >/dev/null 2>&1; }; then
         section "installing kvd${extras:+[$extras]} into .venv"
         "$VENV/bin/python" -m pip install -q -e "$REPO${extras:+[$extras]}"
         echo "$want" >"$stamp"

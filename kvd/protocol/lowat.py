@@ -22,7 +22,12 @@ a time (8 alternating rounds, medians: 2819 -> 3760 SET/s with one client, Redis
 4 MiB 873 -> 936; 512 KiB and 2 MiB within noise either way). 128 KiB steps were no better than 256 KiB, and
 1 MiB pieces were slower (the kernel also clamps the window to the mark when it grows the receive buffer).
 
-The mark is set through a socket object over a duplicate of the connection's descriptor (``os.dup``: the same
+Where it is set: by the C receiver (``kvd/protocol/_receive.c``), which takes the reads in the middle of a
+value itself and calls ``setsockopt`` on the connection's own descriptor (from C that is one plain system call;
+the policy's two numbers, ``MIN`` and ``CHUNK``, come from here). This class does the same for the Python
+receive path (``kvd/protocol/receive.py``: no C compiler at install time, or ``KVD_RECEIVE=python``).
+
+In Python the mark is set through a socket object over a duplicate of the connection's descriptor (``os.dup``: the same
 socket, a descriptor of our own), made the first time the connection sends a large value and closed with it.
 The event loop owns the connection's descriptor, so a socket object over that one would have to be detached
 around every call (uvloop's ``PseudoSocket.setsockopt`` makes one per call: 2.4 us), and the C library's

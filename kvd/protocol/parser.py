@@ -11,7 +11,8 @@ one reusable receive buffer. When a bulk header announces an argument of ``BIG_A
 the same 32 KiB threshold, ``PROTO_MBULK_BIG_ARG``), the parser allocates a bytearray of exactly that length,
 moves the few bytes already received into it, and from then on ``get_buffer()`` returns the unfilled tail of
 that bytearray. The kernel copies the value straight into its final home, and the keyspace stores that object
-as is: zero user-space copies between socket and RAM tier.
+as is: zero user-space copies between socket and RAM tier. ``pending_fill()`` tells the connection where the
+rest goes, so that the C receiver (``kvd/protocol/receive.py``) can take those reads without calling back.
 
 Limits (Redis's, ``networking.c``): header and inline lines up to 64 KiB; a multibulk count up to INT_MAX, with
 no up-front allocation for it (args are appended as they arrive, so ``*1000000000`` costs nothing); a bulk up
@@ -44,6 +45,7 @@ from kvd.buffers import uninitialized, unpinned_view
 
 from .errors import DropConnection, ProtocolError
 from .landing import LANDING_MAX, Template
+from .receive import match_header
 
 if TYPE_CHECKING:
     from hiredis import Reader
@@ -131,6 +133,7 @@ class RequestParser:
         "_land",
         "_land_filled",
         "_land_header",
+        "_land_key",
         "_need_crlf",
         "_offered",
         "_pending_bytes",
@@ -171,6 +174,7 @@ class RequestParser:
         self._land: bytearray | None = None  # the buffer a whole request is landing in
         self._land_filled = 0
         self._land_header = 0  # the landing request's header length, once all of it matched the template
+        self._land_key = b""  # and its key
 
     # -- the BufferedProtocol side -------------------------------------------------------------------------
 
@@ -228,6 +232,19 @@ class RequestParser:
             return self._land_header + self._template.value_len + 2 - self._land_filled
         return 0
 
+    def pending_fill(self) -> tuple[bytearray, int, int] | None:
+        """Where the rest of the large argument being received goes, between reads: its buffer, the next byte to
+        fill and the end of what this argument needs (its CRLF included for a landing request); None when no
+        large argument is half in. ``kvd/protocol/_receive.c`` takes the reads until then without calling the
+        parser, which must leave that buffer's size alone until ``feed`` is told of them."""
+        if self._land_header:
+            assert self._land is not None and self._template is not None
+            return self._land, self._land_filled, self._land_header + self._template.value_len + 2
+        big = self._big
+        if big is not None and self._big_filled < len(big):
+            return big, self._big_filled, len(big)
+        return None
+
     def feed(self, nbytes: int, out: list[Args]) -> None:
         """Account for ``nbytes`` received into the last buffer and append complete commands to ``out``.
 
@@ -264,21 +281,21 @@ class RequestParser:
         filled = self._land_filled = self._land_filled + nbytes
         header_len = self._land_header
         if not header_len:
-            verdict = template.header_len(land, filled)
+            verdict = match_header(land, filled, template.prefix, template.suffix, template.key_max)
             if verdict is False:
                 self._abandon_landing()
                 return True
             if verdict is None:
                 return False
-            header_len = self._land_header = verdict
+            header_len, self._land_key = verdict  # type: ignore[misc]
+            self._land_header = header_len
         value_len = template.value_len
         end = header_len + value_len + 2
         if filled < end:
             return False
         self._land = None
         self._land_header = 0
-        key_start = land.find(b"\r\n", len(template.prefix), header_len) + 2
-        key = bytes(land[key_start : header_len - len(template.suffix)])
+        key = self._land_key
         extra = filled - end
         if extra:  # what followed the request (pipelined bytes) goes to the receive buffer before the cut
             if extra > len(self._buf):
