@@ -86,6 +86,7 @@ class Client(asyncio.BufferedProtocol):
         self._receiver = None
         if Receiver is not None:
             receiver = self._receiver = Receiver(self.parser.get_buffer, self.buffer_updated, lowat.MIN, lowat.CHUNK)
+            self.parser.receiver = receiver  # which tells it where the rest of each large value goes
             self.get_buffer = receiver.get_buffer
             self.buffer_updated = receiver.buffer_updated  # type: ignore[method-assign]
         else:
@@ -175,7 +176,8 @@ class Client(asyncio.BufferedProtocol):
             self._queue.extend(parsed)
             parsed.clear()
         elif not self._queue and self._protocol_error is None:
-            self._await_value()  # a large value still arriving: wake up once more of it is in
+            if self._low_water is not None:  # a large value still arriving: wake up once more of it is in
+                self._low_water.follow(self.parser.missing())
             return
         if not self._busy:
             self._run()
@@ -184,18 +186,10 @@ class Client(asyncio.BufferedProtocol):
             # batch completes. Pausing only now (not when the wait starts) spares a client that waits for its
             # reply two epoll_ctl calls per request; the cost is at most one read of queued requests.
             self._set_reading(False)
-        self._await_value()  # after the replies: a pipelined large value may be half in
-
-    def _await_value(self) -> None:
-        """Between the reads of a large value: the C receiver takes the rest without calling back until it is
-        all in; without it the low-water mark follows what is missing. Either way the mark goes back to 1 only
-        after the replies (Linux signals readiness at once if the next request is already queued), so that
-        system call is not on the client's round trip."""
-        if self._receiver is not None:
-            fill = self.parser.pending_fill()
-            if fill is not None:
-                self._receiver.expect(*fill)
-        elif self._low_water is not None:
+        if self._low_water is not None:
+            # The Python receive path's mark (the C receiver keeps its own): after the replies, so that its
+            # system call is not on the client's round trip (Linux signals readiness at once if the next
+            # request is already queued when the mark drops).
             self._low_water.follow(self.parser.missing())
 
     def eof_received(self) -> bool:

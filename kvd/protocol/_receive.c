@@ -8,7 +8,7 @@
  * that argument's buffer.
  *
  * So a Receiver sits between the event loop and the connection. It is the protocol's get_buffer and
- * buffer_updated. Normally it passes both calls on to Python. Once the connection tells it where the rest of a
+ * buffer_updated. Normally it passes both calls on to Python. Once the parser tells it where the rest of a
  * large value goes (expect(buf, pos, end)), it hands the loop views of that buffer and counts what arrives,
  * keeping the socket's low-water mark on the rest, and calls Python again only when the value is complete:
  * buffer_updated(nbytes, reads) reports all the bytes of the reads it took as one, with their count. For the

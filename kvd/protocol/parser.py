@@ -11,8 +11,9 @@ one reusable receive buffer. When a bulk header announces an argument of ``BIG_A
 the same 32 KiB threshold, ``PROTO_MBULK_BIG_ARG``), the parser allocates a bytearray of exactly that length,
 moves the few bytes already received into it, and from then on ``get_buffer()`` returns the unfilled tail of
 that bytearray. The kernel copies the value straight into its final home, and the keyspace stores that object
-as is: zero user-space copies between socket and RAM tier. ``pending_fill()`` tells the connection where the
-rest goes, so that the C receiver (``kvd/protocol/receive.py``) can take those reads without calling back.
+as is: zero user-space copies between socket and RAM tier. With the C receiver (``kvd/protocol/receive.py``)
+the parser tells it once where the rest goes (``receiver.expect``), and it takes those reads without calling
+back until the value is in.
 
 Limits (Redis's, ``networking.c``): header and inline lines up to 64 KiB; a multibulk count up to INT_MAX, with
 no up-front allocation for it (args are appended as they arrive, so ``*1000000000`` costs nothing); a bulk up
@@ -50,6 +51,7 @@ from .receive import match_header
 if TYPE_CHECKING:
     from hiredis import Reader
 
+    from kvd.protocol._receive import Receiver
     from kvd.store.bufpool import BufferPool
 
 BIG_ARG = 32 * 1024
@@ -146,6 +148,7 @@ class RequestParser:
         "max_bulk",
         "pool",
         "query_limit",
+        "receiver",
     )
 
     def __init__(
@@ -175,6 +178,7 @@ class RequestParser:
         self._land_filled = 0
         self._land_header = 0  # the landing request's header length, once all of it matched the template
         self._land_key = b""  # and its key
+        self.receiver: Receiver | None = None  # kvd/protocol/_receive.c, set by the connection where it is built
 
     # -- the BufferedProtocol side -------------------------------------------------------------------------
 
@@ -232,19 +236,6 @@ class RequestParser:
             return self._land_header + self._template.value_len + 2 - self._land_filled
         return 0
 
-    def pending_fill(self) -> tuple[bytearray, int, int] | None:
-        """Where the rest of the large argument being received goes, between reads: its buffer, the next byte to
-        fill and the end of what this argument needs (its CRLF included for a landing request); None when no
-        large argument is half in. ``kvd/protocol/_receive.c`` takes the reads until then without calling the
-        parser, which must leave that buffer's size alone until ``feed`` is told of them."""
-        if self._land_header:
-            assert self._land is not None and self._template is not None
-            return self._land, self._land_filled, self._land_header + self._template.value_len + 2
-        big = self._big
-        if big is not None and self._big_filled < len(big):
-            return big, self._big_filled, len(big)
-        return None
-
     def feed(self, nbytes: int, out: list[Args]) -> None:
         """Account for ``nbytes`` received into the last buffer and append complete commands to ``out``.
 
@@ -256,8 +247,10 @@ class RequestParser:
             return
         big = self._big
         if big is not None:
-            self._big_filled += nbytes
-            if self._big_filled < self._big_len:
+            filled = self._big_filled = self._big_filled + nbytes
+            if filled < self._big_len:
+                if self.receiver is not None and filled < len(big):
+                    self.receiver.expect(big, filled, len(big))  # a value above BIG_UPFRONT, grown to here
                 return
             self._big = None
             self._args.append(big)
@@ -292,6 +285,8 @@ class RequestParser:
         value_len = template.value_len
         end = header_len + value_len + 2
         if filled < end:
+            if self.receiver is not None:
+                self.receiver.expect(land, filled, end)  # the rest of the request, CRLF included
             return False
         self._land = None
         self._land_header = 0
@@ -443,6 +438,8 @@ class RequestParser:
                             self._argc -= 1
                             self._need_crlf = True
                             continue
+                        if self.receiver is not None and take < len(big):
+                            self.receiver.expect(big, take, len(big))  # the rest goes straight into big
                     break
                 self._args.append(bytes(buf[pos : pos + length]))
                 pos += length + 2
