@@ -59,6 +59,14 @@ monotonic_now(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* An argument as a Py_ssize_t; 0 with an exception set if it is not an integer that fits. */
+static int
+as_ssize(PyObject *arg, Py_ssize_t *out)
+{
+    *out = PyNumber_AsSsize_t(arg, PyExc_OverflowError);
+    return !(*out == -1 && PyErr_Occurred());
+}
+
 /* Set the mark for `missing` bytes still to come; a system call only when it changes. A refusal turns the mark
  * off for good (reads then wake up for every piece, as without it). */
 static void
@@ -170,8 +178,8 @@ PyDoc_STRVAR(buffer_updated_doc,
 static PyObject *
 Receiver_buffer_updated(Receiver *self, PyObject *arg)
 {
-    Py_ssize_t nbytes = PyNumber_AsSsize_t(arg, PyExc_OverflowError);
-    if (nbytes == -1 && PyErr_Occurred()) {
+    Py_ssize_t nbytes;
+    if (!as_ssize(arg, &nbytes)) {
         return NULL;
     }
     PyObject *callback = self->buffer_updated;
@@ -235,12 +243,12 @@ Receiver_expect(Receiver *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_Format(PyExc_TypeError, "expect() needs a bytearray, not %.100s", Py_TYPE(buf)->tp_name);
         return NULL;
     }
-    Py_ssize_t pos = PyNumber_AsSsize_t(args[1], PyExc_OverflowError);
-    if (pos == -1 && PyErr_Occurred()) {
+    Py_ssize_t pos;
+    if (!as_ssize(args[1], &pos)) {
         return NULL;
     }
-    Py_ssize_t end = PyNumber_AsSsize_t(args[2], PyExc_OverflowError);
-    if (end == -1 && PyErr_Occurred()) {
+    Py_ssize_t end;
+    if (!as_ssize(args[2], &end)) {
         return NULL;
     }
     if (pos < 0 || pos >= end || end > PyByteArray_GET_SIZE(buf)) {
@@ -326,12 +334,12 @@ match_header(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t narg
         PyErr_SetString(PyExc_TypeError, "match_header(): buf is a bytearray, prefix and suffix are bytes");
         return NULL;
     }
-    Py_ssize_t filled = PyNumber_AsSsize_t(args[1], PyExc_OverflowError);
-    if (filled == -1 && PyErr_Occurred()) {
+    Py_ssize_t filled;
+    if (!as_ssize(args[1], &filled)) {
         return NULL;
     }
-    Py_ssize_t key_max = PyNumber_AsSsize_t(args[4], PyExc_OverflowError);
-    if (key_max == -1 && PyErr_Occurred()) {
+    Py_ssize_t key_max;
+    if (!as_ssize(args[4], &key_max)) {
         return NULL;
     }
     if (filled < 0 || filled > PyByteArray_GET_SIZE(buf)) {
