@@ -10,9 +10,10 @@ C version, which pip builds where there is a compiler (``setup.py``):
 * ``match_header``: the check of a landing request's header (``kvd/protocol/landing.py``, whose
   ``match_header_python`` is the same steps in Python).
 
-Measured with one client sending SETs, server pinned to one core, 10 alternating rounds against the tree
-before (AMD EPYC host, docs/benchmarks.md): user time per 256 KiB SET 22.8 -> 17.8 us, per 1 MiB SET 39.3 ->
-23.6 us; small requests (redis-benchmark ``-P 1`` and ``-P 16``) unchanged.
+Measured with one client sending SETs, server pinned to one core, in alternating rounds against the tree
+before (AMD EPYC host, docs/benchmarks.md, "Where the time goes"): user time per 256 KiB SET 21.9 -> 16.7 us
+(redis-server 8-9), per 1 MiB SET 33.8 -> 23.3 us, per 4 MiB SET 128.5 -> 85.0 us; system time, GETs and small
+requests (redis-benchmark ``-P 1`` and ``-P 16``) unchanged.
 
 ``KVD_RECEIVE=python`` in the environment makes the daemon take the Python path even where the C one is built,
 so its tests run both. ``INFO server`` shows the path as ``receive_path``.
