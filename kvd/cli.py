@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import faulthandler
 import logging
 import os
 import signal
@@ -41,6 +42,9 @@ usage: kvd [--config FILE] [--<setting> VALUE ...]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # A crash report, as Redis prints one: on SIGSEGV, SIGBUS, SIGFPE or SIGABRT the Python stack of every
+    # thread goes to stderr before the process dies, so a crash in a C extension or the interpreter names where.
+    faulthandler.enable(all_threads=True)
     args = list(sys.argv[1:] if argv is None else argv)
     if "--help" in args or "-h" in args:
         print(USAGE, end="")

@@ -154,3 +154,23 @@ def test_maxclients(server_factory):
     with socket.create_connection((srv.host, srv.port), timeout=5) as s:
         data = s.recv(100)
     assert data == b"-ERR max number of clients reached\r\n"
+
+
+@pytest.mark.kvd_only
+def test_a_crash_prints_the_python_stack_of_every_thread(server):
+    """kvd/cli.py enables faulthandler: a segfault leaves a crash report in the log, as Redis's does, naming
+    the Python frames of each thread (what the first crash after a kill -9 in CI lacked)."""
+    import os
+    import signal
+    import time
+
+    server.client().ping()
+    os.kill(server.pid, signal.SIGSEGV)
+    server.proc.wait(10)
+    server.killed = True
+    deadline = time.monotonic() + 5
+    while "Fatal Python error: Segmentation fault" not in server.stderr_text():
+        assert time.monotonic() < deadline, server.stderr_text()[-2000:]
+        time.sleep(0.05)
+    report = server.stderr_text()
+    assert "thread 0x" in report.lower() and 'File "' in report
