@@ -175,17 +175,14 @@ class Client(asyncio.BufferedProtocol):
         if parsed:
             self._queue.extend(parsed)
             parsed.clear()
-        elif not self._queue and self._protocol_error is None:
-            if self._low_water is not None:  # a large value still arriving: wake up once more of it is in
-                self._low_water.follow(self.parser.missing())
-            return
-        if not self._busy:
-            self._run()
-        elif self._reading:
-            # More requests while a command or the log is awaited: keep them queued and stop reading until the
-            # batch completes. Pausing only now (not when the wait starts) spares a client that waits for its
-            # reply two epoll_ctl calls per request; the cost is at most one read of queued requests.
-            self._set_reading(False)
+        if self._queue or self._protocol_error is not None:  # else a large value is still arriving: no batch
+            if not self._busy:
+                self._run()
+            elif self._reading:
+                # More requests while a command or the log is awaited: keep them queued and stop reading until
+                # the batch completes. Pausing only now (not when the wait starts) spares a client that waits for
+                # its reply two epoll_ctl calls per request; the cost is at most one read of queued requests.
+                self._set_reading(False)
         if self._low_water is not None:
             # The Python receive path's mark (the C receiver keeps its own): after the replies, so that its
             # system call is not on the client's round trip (Linux signals readiness at once if the next

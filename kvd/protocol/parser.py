@@ -247,10 +247,9 @@ class RequestParser:
             return
         big = self._big
         if big is not None:
-            filled = self._big_filled = self._big_filled + nbytes
-            if filled < self._big_len:
-                if self.receiver is not None and filled < len(big):
-                    self.receiver.expect(big, filled, len(big))  # a value above BIG_UPFRONT, grown to here
+            self._big_filled += nbytes
+            if self._big_filled < self._big_len:
+                self._hand_over_big()  # a value above BIG_UPFRONT, grown to here
                 return
             self._big = None
             self._args.append(big)
@@ -262,6 +261,12 @@ class RequestParser:
             if nbytes == self._offered and self._window < RECV_BUFFER:
                 self._window *= 2  # the sender is ahead of us: bigger reads amortise the per-read work
         self._parse(out)
+
+    def _hand_over_big(self) -> None:
+        """With the C receiver, the reads until ``_big`` is full go to it, not through ``get_buffer``/``feed``."""
+        big = self._big
+        if self.receiver is not None and big is not None and self._big_filled < len(big):
+            self.receiver.expect(big, self._big_filled, len(big))
 
     # -- landing (kvd/protocol/landing.py) ---------------------------------------------------------------------
 
@@ -438,8 +443,7 @@ class RequestParser:
                             self._argc -= 1
                             self._need_crlf = True
                             continue
-                        if self.receiver is not None and take < len(big):
-                            self.receiver.expect(big, take, len(big))  # the rest goes straight into big
+                        self._hand_over_big()
                     break
                 self._args.append(bytes(buf[pos : pos + length]))
                 pos += length + 2

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -160,10 +162,6 @@ def test_maxclients(server_factory):
 def test_a_crash_prints_the_python_stack_of_every_thread(server):
     """kvd/cli.py enables faulthandler: a segfault leaves a crash report in the log, as Redis's does, naming
     the Python frames of each thread (what the first crash after a kill -9 in CI lacked)."""
-    import os
-    import signal
-    import time
-
     server.client().ping()
     os.kill(server.pid, signal.SIGSEGV)
     server.proc.wait(10)

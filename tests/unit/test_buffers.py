@@ -1,5 +1,6 @@
 """kvd/buffers.py: the two C-API buffer operations, checked against their contract in every implementation that
-can load here (the compiled ``kvd._buffers`` and the ctypes fallback), and the set-up really builds the first."""
+can load here (the compiled ``kvd._buffers`` and the ctypes fallback), and the set-up really builds the C
+extensions (this one and ``kvd/protocol/_receive.c``)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,19 @@ def test_the_set_up_compiles_the_extension():
     assert IMPLEMENTATIONS["c"] is not None, "kvd._buffers was not built: run pip install -e . with a C compiler"
     assert buffers.IMPLEMENTATION == "c"
     assert buffers.uninitialized is IMPLEMENTATIONS["c"][0]
+
+
+def test_the_set_up_compiles_the_receive_path():
+    """pip builds kvd/protocol/_receive.c too, and the daemon takes the C path (kvd/protocol/receive.py): its
+    Receiver for the reads in the middle of a value, its check of a landing request's header."""
+    from kvd import connection
+    from kvd.protocol import parser, receive
+
+    assert receive.PATH == "c", "kvd.protocol._receive was not built: run pip install -e . with a C compiler"
+    from kvd.protocol import _receive
+
+    assert connection.Receiver is _receive.Receiver
+    assert parser.match_header is _receive.match_header
 
 
 @pytest.fixture(params=sorted(IMPLEMENTATIONS))

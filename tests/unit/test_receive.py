@@ -13,17 +13,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from kvd import connection
-from kvd.protocol import lowat, receive
+from kvd.protocol import lowat
 
-_receive = pytest.importorskip("kvd.protocol._receive")
-Receiver = _receive.Receiver
-
-
-def test_the_set_up_compiles_the_receiver():
-    """scripts/setup.sh installs a C compiler and pip builds kvd/protocol/_receive.c; the daemon uses it."""
-    assert connection.Receiver is Receiver
-    assert receive.PATH == "c"
+try:
+    from kvd.protocol._receive import Receiver
+except ImportError:  # tests/unit/test_buffers.py fails the set-up for it; these have nothing to test
+    Receiver = None
+pytestmark = pytest.mark.skipif(Receiver is None, reason="kvd.protocol._receive was not built")
 
 
 class Python:
