@@ -181,8 +181,14 @@ def scan(
 
 
 def _resync(buf: Any, mv: memoryview, pos: int, end: int, verify: bool) -> int | None:
+    # Only where a whole header still fits can a record start. The bound is also what keeps this safe on an
+    # mmap: CPython 3.11.0-3.11.4 (Debian bookworm ships 3.11.2) reads one byte past the ``end`` given to
+    # ``mmap.find`` (gh-105235), which is a SIGSEGV when ``end`` is the end of a file whose size is a multiple
+    # of the page size, as a torn tail after ``kill -9`` can be. Searching up to the last place a header can
+    # start keeps that extra byte inside the header's room, so inside the mapping.
+    last = max(pos, end - HDR_SIZE + len(REC_MAGIC))  # never negative: find would count it from the end
     while True:
-        pos = buf.find(REC_MAGIC, pos, end)
+        pos = buf.find(REC_MAGIC, pos, last)
         if pos < 0:
             return None
         if _valid_at(buf, mv, pos, end, verify) is not None:
