@@ -6,7 +6,8 @@ The life of a request, in this file:
    parser hands out, so a 32 MiB SET value lands in its final bytearray (``kvd/protocol/parser.py``), or a
    whole repeated SET lands in one buffer that becomes its value (``kvd/protocol/landing.py``). Once the rest
    of a large value is all that can come, the C receiver (``kvd/protocol/receive.py``) takes those reads
-   without calling Python and reports them here as one.
+   without calling Python and reports them here as one; a landing request it takes whole, first read
+   included, and reports with its buffer.
 2. ``_run``: complete commands are executed strictly in order. A handler writes its reply into ``_out`` (a list
    of buffers) and returns None, or returns an awaitable when it needs the disk. Then the pipeline of this
    client is suspended (reading paused) until it completes; other clients carry on.
@@ -155,15 +156,16 @@ class Client(asyncio.BufferedProtocol):
         self.unwatch()
         self.server.unregister(self)
 
-    def buffer_updated(self, nbytes: int, reads: int = 1) -> None:
-        """``nbytes`` arrived in the last buffer handed out; from the C receiver, in ``reads`` reads."""
+    def buffer_updated(self, nbytes: int, reads: int = 1, land: bytearray | None = None) -> None:
+        """``nbytes`` arrived in the last buffer handed out; from the C receiver, in ``reads`` reads, and in
+        ``land``, a buffer of its own, when it landed a request whole."""
         self.last_active = _monotonic()
         stats = self.stats
         stats.net_input_bytes += nbytes
         stats.reads_processed += reads
         parsed = self._parsed
         try:
-            self.parser.feed(nbytes, parsed)
+            self.parser.feed(nbytes, parsed, land)
         except ProtocolError as exc:
             self._protocol_error = exc
             self._set_reading(False)
@@ -416,7 +418,7 @@ class Client(asyncio.BufferedProtocol):
 
     def set_authenticated(self, value: bool) -> None:
         self.authenticated = value
-        self.parser.authenticated = value
+        self.parser.set_authenticated(value)
 
     def kill(self) -> None:
         if self.transport is not None and not self._closed:

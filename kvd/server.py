@@ -81,8 +81,7 @@ class Server:
         if ks.log is not None and new.appendfsync != old.appendfsync:
             ks.log.set_appendfsync(new.appendfsync)
         for client in self.clients.values():
-            client.parser.max_bulk = new.proto_max_bulk_len
-            client.parser.query_limit = new.client_query_buffer_limit
+            client.parser.set_limits(new.proto_max_bulk_len, new.client_query_buffer_limit)
         logging.getLogger("kvd").setLevel(new.loglevel.upper())
         changed = [k for k in type(new).__dataclass_fields__ if getattr(old, k) != getattr(new, k)]
         if changed:

@@ -14,6 +14,14 @@
  * buffer_updated(nbytes, reads) reports all the bytes of the reads it took as one, with their count. For the
  * parser it looks as if the kernel had delivered the rest of the value in one read.
  *
+ * Landing (kvd/protocol/landing.py) goes further. Between requests, after a run of large requests of one shape,
+ * the parser arms the Receiver with that shape (land(template)). The next read then goes into a bytearray the
+ * size of such a request, allocated here; the Receiver checks the header as it arrives (match_header below),
+ * takes the value's reads as above, and calls Python once, with the whole request: buffer_updated(nbytes,
+ * reads, buf). A request of another shape is handed over the same way as soon as the header says so, and the
+ * parser reads what landed with its general path. So a repeated SET of a KV chunk runs Python once, not once
+ * for its first read and once for the rest.
+ *
  * The views it hands out do not export the buffer (PyMemoryView_FromMemory over its memory, as kvd/buffers.py's
  * unpinned_view), so the parser may cut a landed request's header off the buffer as soon as it is reported
  * (kvd/protocol/landing.py). That is safe because the Receiver holds the buffer and nothing resizes it until
@@ -35,6 +43,31 @@
 #include <sys/socket.h>
 #include <time.h>
 
+/* A landing template's shape (kvd/protocol/landing.py's Template): what the header must read, and sizes. */
+typedef struct {
+    PyObject *prefix; /* bytes, NULL: no shape */
+    PyObject *suffix; /* bytes */
+    Py_ssize_t key_max;
+    Py_ssize_t value_len;
+    Py_ssize_t size; /* of the buffer a request of this shape lands in */
+} Shape;
+
+static void
+shape_clear(Shape *shape)
+{
+    Py_CLEAR(shape->prefix);
+    Py_CLEAR(shape->suffix);
+}
+
+static void
+shape_copy(Shape *to, const Shape *from)
+{
+    Py_XINCREF(from->prefix);
+    Py_XINCREF(from->suffix);
+    shape_clear(to);
+    *to = *from;
+}
+
 typedef struct {
     PyObject_HEAD
     PyObject *get_buffer;     /* Python's: the parser's get_buffer */
@@ -42,6 +75,9 @@ typedef struct {
     PyObject *buf;            /* the bytearray being filled, NULL when the reads go to Python */
     Py_ssize_t pos;           /* the next byte of buf to fill */
     Py_ssize_t end;           /* the fill is complete once pos reaches this */
+    int landing;              /* buf is a landing buffer: HEADER while its header arrives, then VALUE */
+    Shape armed;              /* what the next request may land as (land()); no prefix: not armed */
+    Shape shape;              /* what the request in buf is landing as (a later land() does not change it) */
     Py_ssize_t taken;         /* bytes received since expect(), not yet reported */
     Py_ssize_t reads;         /* reads since expect(), not yet reported */
     Py_ssize_t least;         /* below this much missing the mark stays at 1 */
@@ -50,6 +86,8 @@ typedef struct {
     int mark;                 /* the mark as last set */
     double last_read;         /* CLOCK_MONOTONIC seconds of the last read taken here (idle time, CLIENT LIST) */
 } Receiver;
+
+enum { NOT_LANDING = 0, HEADER = 1, VALUE = 2 };
 
 static double
 monotonic_now(void)
@@ -105,6 +143,9 @@ Receiver_init(Receiver *self, PyObject *args, PyObject *kwds)
     Py_INCREF(buffer_updated);
     Py_XSETREF(self->buffer_updated, buffer_updated);
     Py_CLEAR(self->buf);
+    shape_clear(&self->armed);
+    shape_clear(&self->shape);
+    self->landing = NOT_LANDING;
     self->least = least;
     self->chunk = chunk;
     self->fd = -1;
@@ -119,7 +160,7 @@ Receiver_traverse(Receiver *self, visitproc visit, void *arg)
     Py_VISIT(self->get_buffer);
     Py_VISIT(self->buffer_updated);
     Py_VISIT(self->buf);
-    return 0;
+    return 0; /* the shapes hold bytes only */
 }
 
 static int
@@ -128,6 +169,8 @@ Receiver_clear(Receiver *self)
     Py_CLEAR(self->get_buffer);
     Py_CLEAR(self->buffer_updated);
     Py_CLEAR(self->buf);
+    shape_clear(&self->armed);
+    shape_clear(&self->shape);
     return 0;
 }
 
@@ -137,6 +180,67 @@ Receiver_dealloc(Receiver *self)
     PyObject_GC_UnTrack(self);
     Receiver_clear(self);
     Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* How the first `filled` bytes of b start, against a landing template: MATCHED (with the header's length and
+ * the key's, the key ending where the suffix starts), UNFINISHED while it may still become one, else NOT_IT.
+ * The same steps as landing.py's match_header_python, which documents them; tests/unit/test_landing_match.py
+ * runs both on the same inputs. */
+enum { NOT_IT = -1, UNFINISHED = 0, MATCHED = 1 };
+
+static int
+match(const char *b, Py_ssize_t filled, PyObject *prefix, PyObject *suffix, Py_ssize_t key_max,
+      Py_ssize_t *header_len, Py_ssize_t *key_len_out)
+{
+    const char *p = PyBytes_AS_STRING(prefix);
+    Py_ssize_t n = PyBytes_GET_SIZE(prefix);
+    if (filled < n) {
+        return memcmp(b, p, filled) == 0 ? UNFINISHED : NOT_IT;
+    }
+    if (memcmp(b, p, n) != 0) {
+        return NOT_IT;
+    }
+    Py_ssize_t nl = -1;
+    for (Py_ssize_t i = n; i + 1 < filled; i++) {
+        if (b[i] == '\r' && b[i + 1] == '\n') {
+            nl = i;
+            break;
+        }
+    }
+    if (nl < 0) {
+        return filled - n <= 20 ? UNFINISHED : NOT_IT;
+    }
+    Py_ssize_t digits = nl - n;
+    if (digits < 1 || digits > 20 || (b[n] == '0' && digits > 1)) {
+        return NOT_IT;
+    }
+    Py_ssize_t key_len = 0;
+    for (Py_ssize_t i = n; i < nl; i++) {
+        if (b[i] < '0' || b[i] > '9') {
+            return NOT_IT;
+        }
+        if (key_len <= key_max) { /* stop growing once over: 20 digits would overflow */
+            key_len = key_len * 10 + (b[i] - '0');
+        }
+    }
+    if (key_len > key_max) {
+        return NOT_IT;
+    }
+    Py_ssize_t key_end = nl + 2 + key_len;
+    if (filled <= key_end) {
+        return UNFINISHED;
+    }
+    const char *s = PyBytes_AS_STRING(suffix);
+    Py_ssize_t m = PyBytes_GET_SIZE(suffix);
+    if (filled < key_end + m) {
+        return memcmp(b + key_end, s, filled - key_end) == 0 ? UNFINISHED : NOT_IT;
+    }
+    if (memcmp(b + key_end, s, m) != 0) {
+        return NOT_IT;
+    }
+    *header_len = key_end + m;
+    *key_len_out = key_len;
+    return MATCHED;
 }
 
 PyDoc_STRVAR(get_buffer_doc,
@@ -155,14 +259,27 @@ Receiver_get_buffer(Receiver *self, PyObject *sizehint)
 {
     PyObject *buf = self->buf;
     if (buf == NULL) {
-        PyObject *callback = self->get_buffer;
-        if (callback == NULL) {
-            return not_ready();
+        if (self->armed.prefix != NULL) { /* the next request may land whole */
+            /* uninitialised, as kvd/buffers.py's uninitialized() */
+            buf = self->buf = PyByteArray_FromStringAndSize(NULL, self->armed.size);
+            if (buf == NULL) {
+                return NULL;
+            }
+            shape_copy(&self->shape, &self->armed);
+            self->pos = self->taken = self->reads = 0;
+            self->end = self->shape.size;
+            self->landing = HEADER;
         }
-        Py_INCREF(callback); /* Python may close() this Receiver while it runs */
-        PyObject *result = PyObject_CallOneArg(callback, sizehint);
-        Py_DECREF(callback);
-        return result;
+        else {
+            PyObject *callback = self->get_buffer;
+            if (callback == NULL) {
+                return not_ready();
+            }
+            Py_INCREF(callback); /* Python may close() this Receiver while it runs */
+            PyObject *result = PyObject_CallOneArg(callback, sizehint);
+            Py_DECREF(callback);
+            return result;
+        }
     }
     /* Up to the buffer's end, past `end`: a landing buffer has room for a longer key, and a read that stops
      * short of what was offered tells libuv not to try another read at once. */
@@ -172,8 +289,53 @@ Receiver_get_buffer(Receiver *self, PyObject *sizehint)
 
 PyDoc_STRVAR(buffer_updated_doc,
              "buffer_updated(nbytes, /)\n--\n\n"
-             "The protocol's buffer_updated: counted here while a value is being filled, reported to Python\n"
-             "with all the reads it took once the value is complete, else passed on.");
+             "The protocol's buffer_updated: counted here while a value or a landing request is being filled,\n"
+             "reported to Python with all the reads it took once it is complete, else passed on.");
+
+/* A landing buffer's header has grown by a read: HEADER while it is still arriving; VALUE, with `end` where the
+ * request stops, once it matched and fits the buffer; NOT_LANDING when Python must see it now (another shape). */
+static int
+landing_step(Receiver *self)
+{
+    Py_ssize_t header_len, key_len;
+    const Shape *shape = &self->shape;
+    switch (match(PyByteArray_AS_STRING(self->buf), self->pos, shape->prefix, shape->suffix, shape->key_max,
+                  &header_len, &key_len)) {
+    case UNFINISHED:
+        return self->pos < PyByteArray_GET_SIZE(self->buf) ? HEADER : NOT_LANDING;
+    case MATCHED:
+        if (header_len + shape->value_len + 2 <= PyByteArray_GET_SIZE(self->buf)) { /* true by the shape's size */
+            self->end = header_len + shape->value_len + 2; /* the value's CRLF included */
+            return VALUE;
+        }
+        return NOT_LANDING;
+    default:
+        return NOT_LANDING;
+    }
+}
+
+/* Call Python's buffer_updated with what was taken: (nbytes, reads), plus the buffer for a landing. */
+static PyObject *
+report(Receiver *self, PyObject *callback)
+{
+    PyObject *buf = self->buf; /* the reference moves to the call, or is dropped: the parser holds its own */
+    int landing = self->landing;
+    self->buf = NULL;
+    self->landing = NOT_LANDING;
+    shape_clear(&self->shape);
+    PyObject *args[3] = {PyLong_FromSsize_t(self->taken), PyLong_FromSsize_t(self->reads), buf};
+    self->taken = self->reads = 0;
+    PyObject *result = NULL;
+    if (args[0] != NULL && args[1] != NULL) {
+        Py_INCREF(callback); /* Python may close() this Receiver while it runs */
+        result = PyObject_Vectorcall(callback, args, landing ? 3 : 2, NULL);
+        Py_DECREF(callback);
+    }
+    Py_XDECREF(args[0]);
+    Py_XDECREF(args[1]);
+    Py_DECREF(buf);
+    return result;
+}
 
 static PyObject *
 Receiver_buffer_updated(Receiver *self, PyObject *arg)
@@ -196,24 +358,23 @@ Receiver_buffer_updated(Receiver *self, PyObject *arg)
         self->taken += nbytes;
         self->reads += 1;
         self->last_read = monotonic_now();
+        if (self->landing == HEADER) {
+            int step = landing_step(self);
+            if (step == HEADER) {
+                Py_RETURN_NONE; /* the mark stays at 1: how much is missing is not known yet */
+            }
+            if (step == VALUE) {
+                self->landing = VALUE;
+            }
+            else {
+                self->end = self->pos; /* another shape: Python reads what landed, now */
+            }
+        }
         if (self->pos < self->end) {
             follow(self, self->end - self->pos);
             Py_RETURN_NONE;
         }
-        Py_ssize_t taken = self->taken, reads = self->reads;
-        Py_CLEAR(self->buf); /* the parser's own reference keeps it */
-        self->taken = self->reads = 0;
-        PyObject *args[2] = {PyLong_FromSsize_t(taken), PyLong_FromSsize_t(reads)};
-        if (args[0] == NULL || args[1] == NULL) {
-            Py_XDECREF(args[0]);
-            Py_XDECREF(args[1]);
-            return NULL;
-        }
-        Py_INCREF(callback); /* Python may close() this Receiver while it runs */
-        result = PyObject_Vectorcall(callback, args, 2, NULL);
-        Py_DECREF(callback);
-        Py_DECREF(args[0]);
-        Py_DECREF(args[1]);
+        result = report(self, callback);
     }
     else {
         Py_INCREF(callback);
@@ -262,10 +423,68 @@ Receiver_expect(Receiver *self, PyObject *const *args, Py_ssize_t nargs)
     }
     Py_INCREF(buf);
     self->buf = buf;
+    self->landing = NOT_LANDING;
     self->pos = pos;
     self->end = end;
     self->taken = self->reads = 0;
     follow(self, end - pos);
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(land_doc,
+             "land(template, /)\n--\n\n"
+             "Arm landing: the next read that finds no value being filled goes into a new bytearray of\n"
+             "template.size bytes, and the request reaches buffer_updated whole, as (nbytes, reads, buf), or as\n"
+             "soon as its header shows another shape. None disarms; a landing already begun goes on.\n"
+             "template is kvd/protocol/landing.py's Template (prefix, suffix, key_max, value_len, size).");
+
+static int
+size_attr(PyObject *template, const char *name, Py_ssize_t *out)
+{
+    PyObject *value = PyObject_GetAttrString(template, name);
+    if (value == NULL) {
+        return 0;
+    }
+    int ok = as_ssize(value, out);
+    Py_DECREF(value);
+    if (ok && *out < 0) {
+        PyErr_Format(PyExc_ValueError, "land(): template.%s is negative", name);
+        return 0;
+    }
+    return ok;
+}
+
+static PyObject *
+Receiver_land(Receiver *self, PyObject *template)
+{
+    if (template == Py_None) {
+        shape_clear(&self->armed);
+        Py_RETURN_NONE;
+    }
+    Shape shape;
+    if (!size_attr(template, "key_max", &shape.key_max) || !size_attr(template, "value_len", &shape.value_len) ||
+        !size_attr(template, "size", &shape.size)) {
+        return NULL;
+    }
+    PyObject *prefix = PyObject_GetAttrString(template, "prefix");
+    if (prefix == NULL) {
+        return NULL;
+    }
+    PyObject *suffix = PyObject_GetAttrString(template, "suffix");
+    if (suffix == NULL) {
+        Py_DECREF(prefix);
+        return NULL;
+    }
+    if (!PyBytes_CheckExact(prefix) || !PyBytes_CheckExact(suffix) || shape.size < 1) {
+        PyErr_SetString(PyExc_ValueError, "land(): template.prefix and .suffix must be bytes, .size positive");
+        Py_DECREF(prefix);
+        Py_DECREF(suffix);
+        return NULL;
+    }
+    shape_clear(&self->armed);
+    shape.prefix = prefix; /* the references move in */
+    shape.suffix = suffix;
+    self->armed = shape;
     Py_RETURN_NONE;
 }
 
@@ -303,6 +522,9 @@ Receiver_close(Receiver *self, PyObject *Py_UNUSED(ignored))
 {
     self->fd = -1;
     Py_CLEAR(self->buf);
+    shape_clear(&self->armed);
+    shape_clear(&self->shape);
+    self->landing = NOT_LANDING;
     Py_CLEAR(self->get_buffer);
     Py_CLEAR(self->buffer_updated);
     self->taken = self->reads = 0;
@@ -315,13 +537,17 @@ Receiver_get_filling(Receiver *self, void *Py_UNUSED(closure))
     return PyBool_FromLong(self->buf != NULL);
 }
 
+static PyObject *
+Receiver_get_armed(Receiver *self, void *Py_UNUSED(closure))
+{
+    return PyBool_FromLong(self->armed.prefix != NULL);
+}
+
 PyDoc_STRVAR(match_header_doc,
              "match_header(buf, filled, prefix, suffix, key_max, /)\n--\n\n"
              "kvd/protocol/landing.py's match_header in C: (header length, key) once the whole header of a\n"
              "landing request is in buf[:filled], None while what arrived may still become one, False if not.");
 
-/* The same steps as landing.py's match_header, which documents them; tests/unit/test_landing_match.py runs
- * both on the same inputs. */
 static PyObject *
 match_header(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 {
@@ -348,62 +574,15 @@ match_header(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t narg
         return NULL;
     }
     const char *b = PyByteArray_AS_STRING(buf);
-    const char *p = PyBytes_AS_STRING(prefix);
-    Py_ssize_t n = PyBytes_GET_SIZE(prefix);
-    if (filled < n) {
-        if (memcmp(b, p, filled) == 0) {
-            Py_RETURN_NONE;
-        }
-        Py_RETURN_FALSE;
-    }
-    if (memcmp(b, p, n) != 0) {
-        Py_RETURN_FALSE;
-    }
-    Py_ssize_t nl = -1;
-    for (Py_ssize_t i = n; i + 1 < filled; i++) {
-        if (b[i] == '\r' && b[i + 1] == '\n') {
-            nl = i;
-            break;
-        }
-    }
-    if (nl < 0) {
-        if (filled - n <= 20) {
-            Py_RETURN_NONE;
-        }
-        Py_RETURN_FALSE;
-    }
-    Py_ssize_t digits = nl - n;
-    if (digits < 1 || digits > 20 || (b[n] == '0' && digits > 1)) {
-        Py_RETURN_FALSE;
-    }
-    Py_ssize_t key_len = 0;
-    for (Py_ssize_t i = n; i < nl; i++) {
-        if (b[i] < '0' || b[i] > '9') {
-            Py_RETURN_FALSE;
-        }
-        if (key_len <= key_max) { /* stop growing once over: 20 digits would overflow */
-            key_len = key_len * 10 + (b[i] - '0');
-        }
-    }
-    if (key_len > key_max) {
-        Py_RETURN_FALSE;
-    }
-    Py_ssize_t key_end = nl + 2 + key_len;
-    if (filled <= key_end) {
+    Py_ssize_t header_len, key_len;
+    switch (match(b, filled, prefix, suffix, key_max, &header_len, &key_len)) {
+    case MATCHED:
+        return Py_BuildValue("(ny#)", header_len, b + header_len - PyBytes_GET_SIZE(suffix) - key_len, key_len);
+    case UNFINISHED:
         Py_RETURN_NONE;
-    }
-    const char *s = PyBytes_AS_STRING(suffix);
-    Py_ssize_t m = PyBytes_GET_SIZE(suffix);
-    if (filled < key_end + m) {
-        if (memcmp(b + key_end, s, filled - key_end) == 0) {
-            Py_RETURN_NONE;
-        }
+    default:
         Py_RETURN_FALSE;
     }
-    if (memcmp(b + key_end, s, m) != 0) {
-        Py_RETURN_FALSE;
-    }
-    return Py_BuildValue("(ny#)", key_end + m, b + nl + 2, key_len);
 }
 
 static PyMethodDef module_methods[] = {
@@ -415,6 +594,7 @@ static PyMethodDef Receiver_methods[] = {
     {"get_buffer", (PyCFunction)Receiver_get_buffer, METH_O, get_buffer_doc},
     {"buffer_updated", (PyCFunction)Receiver_buffer_updated, METH_O, buffer_updated_doc},
     {"expect", (PyCFunction)(void (*)(void))Receiver_expect, METH_FASTCALL, expect_doc},
+    {"land", (PyCFunction)Receiver_land, METH_O, land_doc},
     {"use_fd", (PyCFunction)Receiver_use_fd, METH_O, use_fd_doc},
     {"close", (PyCFunction)Receiver_close, METH_NOARGS, close_doc},
     {NULL, NULL, 0, NULL},
@@ -428,14 +608,15 @@ static PyMemberDef Receiver_members[] = {
 };
 
 static PyGetSetDef Receiver_getset[] = {
-    {"filling", (getter)Receiver_get_filling, NULL, "whether reads go to a value being filled", NULL},
+    {"filling", (getter)Receiver_get_filling, NULL, "whether reads go to a value or a landing request", NULL},
+    {"armed", (getter)Receiver_get_armed, NULL, "whether the next request may land (land())", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
 PyDoc_STRVAR(Receiver_doc,
              "Receiver(get_buffer, buffer_updated, least, chunk)\n--\n\n"
-             "A connection's get_buffer/buffer_updated that take the reads in the middle of a large value\n"
-             "without calling Python (kvd/protocol/_receive.c says why).");
+             "A connection's get_buffer/buffer_updated that take the reads in the middle of a large value,\n"
+             "and whole landing requests, without calling Python (kvd/protocol/_receive.c says why).");
 
 static PyTypeObject ReceiverType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kvd.protocol._receive.Receiver",

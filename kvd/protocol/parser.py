@@ -13,7 +13,8 @@ moves the few bytes already received into it, and from then on ``get_buffer()`` 
 that bytearray. The kernel copies the value straight into its final home, and the keyspace stores that object
 as is: zero user-space copies between socket and RAM tier. With the C receiver (``kvd/protocol/receive.py``)
 the parser tells it once where the rest goes (``receiver.expect``), and it takes those reads without calling
-back until the value is in.
+back until the value is in. It also lands requests itself: after each read the parser arms it with the shape the
+next request may land as (``receiver.land``), and it reports a landing request only once it is whole.
 
 Limits (Redis's, ``networking.c``): header and inline lines up to 64 KiB; a multibulk count up to INT_MAX, with
 no up-front allocation for it (args are appended as they arrive, so ``*1000000000`` costs nothing); a bulk up
@@ -126,6 +127,7 @@ class RequestParser:
     __slots__ = (
         "_argc",
         "_args",
+        "_armed",
         "_big",
         "_big_filled",
         "_big_len",
@@ -179,6 +181,7 @@ class RequestParser:
         self._land_header = 0  # the landing request's header length, once all of it matched the template
         self._land_key = b""  # and its key
         self.receiver: Receiver | None = None  # kvd/protocol/_receive.c, set by the connection where it is built
+        self._armed: Template | None = None  # the shape the receiver lands the next request as (land())
 
     # -- the BufferedProtocol side -------------------------------------------------------------------------
 
@@ -199,17 +202,12 @@ class RequestParser:
             self._start = self._end = 0
             if len(self._buf) > RECV_BUFFER:  # a landing buffer or a long line took its place: let it go
                 self._buf = bytearray(RECV_BUFFER)
-            template = self._template
-            if (
-                template is not None
-                and self._argc < 0  # between requests
-                and self.authenticated
-                and template.value_len <= self.max_bulk
-                and template.size <= self.query_limit
-            ):
-                land = self._land = uninitialized(template.size)
-                self._land_filled = 0
-                return unpinned_view(land, 0)
+            if self.receiver is None:  # a receiver lands requests itself (land(), armed by feed)
+                template = self._landing_template()
+                if template is not None:
+                    land = self._land = uninitialized(template.size)
+                    self._land_filled = 0
+                    return unpinned_view(land, 0)
         elif len(self._buf) - end < BIG_ARG:
             # Slide the unparsed tail to the front. Never resize _buf in place: the event loop may still hold
             # a view of it from the previous read, and a resize with live exports raises BufferError.
@@ -236,31 +234,73 @@ class RequestParser:
             return self._land_header + self._template.value_len + 2 - self._land_filled
         return 0
 
-    def feed(self, nbytes: int, out: list[Args]) -> None:
+    def feed(self, nbytes: int, out: list[Args], land: bytearray | None = None) -> None:
         """Account for ``nbytes`` received into the last buffer and append complete commands to ``out``.
+        ``land``: the receiver landed a request in this buffer of its own (``nbytes`` from its start).
 
         Raises ProtocolError/DropConnection after appending every command that preceded the bad bytes.
         """
+        if land is not None:
+            self._land = land
+            self._land_filled = self._land_header = 0
         if self._land is not None:
             if self._receive_landing(nbytes, out):
                 self._parse(out)
-            return
-        big = self._big
-        if big is not None:
+        elif (big := self._big) is not None:
             self._big_filled += nbytes
             if self._big_filled < self._big_len:
                 self._hand_over_big()  # a value above BIG_UPFRONT, grown to here
-                return
-            self._big = None
-            self._args.append(big)
-            self._bulk_len = -1
-            self._argc -= 1
-            self._need_crlf = True
+            else:
+                self._big = None
+                self._args.append(big)
+                self._bulk_len = -1
+                self._argc -= 1
+                self._need_crlf = True
+                self._parse(out)
         else:
             self._end += nbytes
             if nbytes == self._offered and self._window < RECV_BUFFER:
                 self._window *= 2  # the sender is ahead of us: bigger reads amortise the per-read work
-        self._parse(out)
+            self._parse(out)
+        if self.receiver is not None:
+            # Re-arm only when something that decides it changed: the common case, a landed request followed by
+            # nothing, costs these few loads instead of two calls. (Authentication and limits re-arm themselves.)
+            armed = self._armed
+            if self._template is not armed or (armed is not None and (self._start != self._end or self._argc >= 0)):
+                self._arm()
+
+    def set_authenticated(self, value: bool) -> None:
+        self.authenticated = value
+        self._arm()
+
+    def set_limits(self, max_bulk: int, query_limit: int) -> None:
+        """``proto-max-bulk-len`` and ``client-query-buffer-limit`` changed (CONFIG SET)."""
+        self.max_bulk = max_bulk
+        self.query_limit = query_limit
+        self._arm()
+
+    def _landing_template(self) -> Template | None:
+        """The shape the next request may land as: there is one, the parser is between requests with nothing
+        unparsed, and such a request passes the connection's limits."""
+        template = self._template
+        if (
+            template is not None
+            and self._start == self._end
+            and self._argc < 0  # between requests
+            and self.authenticated
+            and template.value_len <= self.max_bulk
+            and template.size <= self.query_limit
+        ):
+            return template
+        return None
+
+    def _arm(self) -> None:
+        """Tell the receiver which shape, if any, the next request may land as (one C call when it changes)."""
+        if self.receiver is not None:
+            template = self._landing_template()
+            if template is not self._armed:
+                self._armed = template
+                self.receiver.land(template)
 
     def _hand_over_big(self) -> None:
         """With the C receiver, the reads until ``_big`` is full go to it, not through ``get_buffer``/``feed``."""
@@ -284,15 +324,13 @@ class RequestParser:
                 self._abandon_landing()
                 return True
             if verdict is None:
-                return False
+                return self._unfinished_landing()
             header_len, self._land_key = verdict  # type: ignore[misc]
             self._land_header = header_len
         value_len = template.value_len
         end = header_len + value_len + 2
         if filled < end:
-            if self.receiver is not None:
-                self.receiver.expect(land, filled, end)  # the rest of the request, CRLF included
-            return False
+            return self._unfinished_landing()
         self._land = None
         self._land_header = 0
         key = self._land_key
@@ -306,6 +344,15 @@ class RequestParser:
         del land[value_len:]  # a shrink by the CRLF and the key slack keeps the allocation
         out.append([template.name, key, land])
         return bool(extra)
+
+    def _unfinished_landing(self) -> bool:
+        """Part of a landing request is in. Without a receiver, the next read continues it. A receiver reports
+        only whole requests or other shapes, so from it this is a request it did not take for the template (its
+        shape changed while it was arriving): the general parser reads it, as any other."""
+        if self.receiver is None:
+            return False
+        self._abandon_landing()
+        return True
 
     def _abandon_landing(self) -> None:
         """Not the expected request: what landed is parsed by the general path, and landing stays off until the

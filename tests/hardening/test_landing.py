@@ -11,7 +11,7 @@ from unittest import mock
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from test_parser_properties import SETTINGS, drive, multibulk, new_parser
+from test_parser_properties import RECEIVE_PATHS, SETTINGS, Receiver, drive, multibulk, new_parser
 
 import kvd.protocol.parser as parser_module
 from kvd import buffers
@@ -87,9 +87,10 @@ def address(buf) -> int:
         del probe
 
 
+@pytest.mark.parametrize("receive", RECEIVE_PATHS)
 @pytest.mark.parametrize("key_len", [0, 1, 7, 8, 9, 8 + KEY_SLACK, 9 + KEY_SLACK, 500])
 @pytest.mark.parametrize("sizes", [None, [1], [5, 4096], [17, N // 2, 3]])
-def test_keys_of_other_lengths_and_pipelined_requests(key_len, sizes):
+def test_keys_of_other_lengths_and_pipelined_requests(key_len, sizes, receive):
     key = b"k" * key_len
     data = (
         set_request(b"key:0001", value(1))
@@ -109,9 +110,10 @@ def test_keys_of_other_lengths_and_pipelined_requests(key_len, sizes):
         [b"SET", b"key:0004", value(4)],
         [b"PING"],
     ]
-    assert drive(new_parser(), data, sizes) == expected
+    assert drive(new_parser(), data, sizes, receive=receive) == expected
 
 
+@pytest.mark.parametrize("receive", RECEIVE_PATHS)
 @pytest.mark.parametrize(
     "follower",
     [
@@ -125,15 +127,16 @@ def test_keys_of_other_lengths_and_pipelined_requests(key_len, sizes):
     ],
 )
 @pytest.mark.parametrize("sizes", [None, [1], [3, 100_000], [N + 40]])
-def test_another_request_after_a_large_set_parses_as_usual(follower, sizes):
+def test_another_request_after_a_large_set_parses_as_usual(follower, sizes, receive):
     lead = set_request(b"key:0001", value(1)) * 2
     data = lead + follower + lead
     with mock.patch.object(parser_module, "LANDING_MAX", 0):  # the oracle: the general path alone
         expected = drive(new_parser(), data)
     assert len(expected) >= 3
-    assert drive(new_parser(), data, sizes) == expected
+    assert drive(new_parser(), data, sizes, receive=receive) == expected
 
 
+@pytest.mark.parametrize("receive", RECEIVE_PATHS)
 @pytest.mark.parametrize(
     ("bad", "message"),
     [
@@ -143,24 +146,25 @@ def test_another_request_after_a_large_set_parses_as_usual(follower, sizes):
         (b"*3\r\n$3\r\nSET\r\n:8\r\n", "expected '$', got ':'"),
     ],
 )
-def test_malformed_headers_get_the_general_paths_errors(bad, message):
+def test_malformed_headers_get_the_general_paths_errors(bad, message, receive):
     data = set_request(b"key:0001", value(1)) * 2 + bad + b"x" * 64
     for sizes in (None, [1], [7, 300]):
         with pytest.raises(ProtocolError, match=re.escape(message)) as info:
-            drive(new_parser(), data, sizes)
+            drive(new_parser(), data, sizes, receive=receive)
         assert info.value.parser_commands == [[b"SET", b"key:0001", value(1)]] * 2  # type: ignore[attr-defined]
 
 
+@pytest.mark.parametrize("receive", RECEIVE_PATHS)
 @SETTINGS
 @given(
     keys=st.lists(st.binary(min_size=0, max_size=90), min_size=1, max_size=5),
     lengths=st.lists(st.sampled_from([N, N, N, N + 1, 40]), min_size=1, max_size=5),
     sizes=st.one_of(st.none(), st.lists(st.integers(min_value=1, max_value=2 * N), min_size=1, max_size=4)),
 )
-def test_any_mix_of_set_shapes_parses_like_the_general_path(keys, lengths, sizes):
+def test_any_mix_of_set_shapes_parses_like_the_general_path(keys, lengths, sizes, receive):
     requests = [[b"SET", key, value(i, lengths[i % len(lengths)])] for i, key in enumerate(keys * 2)]
     data = b"".join(multibulk(r) for r in requests)
-    assert drive(new_parser(), data, sizes) == requests
+    assert drive(new_parser(), data, sizes, receive=receive) == requests
 
 
 def test_without_the_c_api_landing_is_off_and_every_request_still_parses():
@@ -206,3 +210,48 @@ def test_varying_value_sizes_do_not_arm_landing():
         consumed += feed_one(p, data[consumed:], out)
     assert len(out) == 2
     assert len(p.get_buffer()) < N, "two different sizes in a row must not arm landing"
+
+
+@pytest.mark.skipif(Receiver is None, reason="_receive not built")
+def test_with_the_c_receiver_a_landing_request_runs_python_once_and_becomes_the_value():
+    """kvd/protocol/_receive.c lands the request itself: no Python between its first read and its last, and
+    the value is the buffer the loop read into, its header cut off."""
+    p = new_parser()
+    out: list = []
+    calls: list[tuple] = []
+
+    def updated(nbytes: int, reads: int = 1, land: bytearray | None = None) -> None:
+        calls.append((nbytes, reads, land is not None))
+        p.feed(nbytes, out, land)
+
+    receiver = p.receiver = Receiver(p.get_buffer, updated, 1, 1 << 30)
+    lead = set_request(b"key:0001", value(1)) * 2
+    pos = 0
+    while pos < len(lead):  # the general path, which arms landing after the second
+        with receiver.get_buffer(-1) as buf:
+            n = min(len(buf), len(lead) - pos)
+            buf[:n] = lead[pos : pos + n]
+        receiver.buffer_updated(n)
+        pos += n
+    assert receiver.armed and len(out) == 2
+    calls.clear()
+    request = set_request(b"key:0002", value(2))
+    first = receiver.get_buffer(-1)
+    addr = address(first)
+    first.release()
+    for start in range(0, len(request), 4096):
+        with receiver.get_buffer(-1) as buf:
+            piece = request[start : start + 4096]
+            buf[: len(piece)] = piece
+        receiver.buffer_updated(len(piece))
+    assert calls == [(len(request), -(-len(request) // 4096), True)]
+    landed = out[2][2]
+    assert out[2][:2] == [b"SET", b"key:0002"] and landed == value(2)
+    assert address(landed) == addr + len(request) - N - 2, "the value must be the very buffer read into"
+    assert receiver.armed, "still armed for the next one"
+    p.set_limits(N - 1, p.query_limit)  # CONFIG SET proto-max-bulk-len below the armed value length
+    assert not receiver.armed
+    p.set_limits(N, p.query_limit)
+    assert receiver.armed
+    p.set_authenticated(False)
+    assert not receiver.armed

@@ -16,6 +16,15 @@ from hypothesis import strategies as st
 from kvd.protocol.errors import DropConnection, ProtocolError
 from kvd.protocol.parser import BIG_ARG, INLINE_MAX, INT_MAX, RequestParser
 
+try:
+    from kvd.protocol._receive import Receiver
+except ImportError:  # no compiler at install time: test_buffers.py fails the set-up for it
+    Receiver = None
+
+# The two ways reads reach the parser: straight (kvd's Python receive path), and through the C receiver
+# (kvd/protocol/receive.py), which takes the middle of large values and whole landing requests itself.
+RECEIVE_PATHS = ["python", pytest.param("c", marks=pytest.mark.skipif(Receiver is None, reason="_receive not built"))]
+
 MAX_BULK = 1 << 20
 QUERY_LIMIT = 4 << 20
 SETTINGS = settings(deadline=None, max_examples=60, suppress_health_check=[HealthCheck.too_slow])
@@ -25,23 +34,33 @@ def new_parser(*, authenticated: bool = True, max_bulk: int = MAX_BULK, query_li
     return RequestParser(max_bulk=max_bulk, query_limit=query_limit, authenticated=authenticated)
 
 
-def drive(parser: RequestParser, data: bytes, sizes: list[int] | None = None) -> list[list[bytes]]:
+def drive(
+    parser: RequestParser, data: bytes, sizes: list[int] | None = None, receive: str = "python"
+) -> list[list[bytes]]:
     """Feed ``data`` in pieces (``sizes`` cycled; None = as much as each buffer takes). Returns the commands.
+    ``receive="c"`` puts a C ``Receiver`` between the loop and the parser, wired as kvd/connection.py wires it.
 
     Exceptions propagate; the commands completed before one are in ``parser_commands`` of the exception.
     """
     out: list = []
+    if receive == "c":
+        receiver = parser.receiver = Receiver(
+            parser.get_buffer, lambda n, reads=1, land=None: parser.feed(n, out, land), 1, 1 << 30
+        )
+        get_buffer, buffer_updated = receiver.get_buffer, receiver.buffer_updated
+    else:
+        get_buffer, buffer_updated = parser.get_buffer, lambda n: parser.feed(n, out)
     pos, i = 0, 0
     try:
         while pos < len(data):
-            buf = parser.get_buffer()
+            buf = get_buffer(-1)
             assert len(buf) > 0, "get_buffer() returned an empty buffer"
             n = len(buf) if not sizes else sizes[i % len(sizes)]
             i += 1
             n = max(1, min(n, len(buf), len(data) - pos))
             buf[:n] = data[pos : pos + n]
             held = memoryview(buf)  # the event loop's export, held until buffer_updated returns
-            parser.feed(n, out)
+            buffer_updated(n)
             held.release()
             buf.release()
             pos += n
@@ -134,22 +153,24 @@ chunking = st.lists(st.integers(min_value=1, max_value=70_000), min_size=1, max_
 # -- valid streams -------------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("receive", RECEIVE_PATHS)
 @SETTINGS
 @given(stream=command_stream(), sizes=chunking)
-def test_any_split_yields_the_same_commands_as_one_feed(stream, sizes):
+def test_any_split_yields_the_same_commands_as_one_feed(stream, sizes, receive):
     data, expected = stream
-    assert drive(new_parser(), data) == expected
-    assert drive(new_parser(), data, sizes) == expected
+    assert drive(new_parser(), data, receive=receive) == expected
+    assert drive(new_parser(), data, sizes, receive=receive) == expected
     if len(data) < 20_000:
-        assert drive(new_parser(), data, [1]) == expected
+        assert drive(new_parser(), data, [1], receive=receive) == expected
 
 
+@pytest.mark.parametrize("receive", RECEIVE_PATHS)
 @SETTINGS
 @given(stream=command_stream(), sizes=chunking, repeat=st.integers(2, 4))
-def test_one_parser_handles_many_requests_in_sequence(stream, sizes, repeat):
+def test_one_parser_handles_many_requests_in_sequence(stream, sizes, repeat, receive):
     """State must fully reset between commands: the same stream parsed ``repeat`` times in one connection."""
     data, expected = stream
-    assert drive(new_parser(), data * repeat, sizes) == expected * repeat
+    assert drive(new_parser(), data * repeat, sizes, receive=receive) == expected * repeat
 
 
 @SETTINGS
@@ -190,14 +211,15 @@ def test_large_bulk_is_received_in_place():
     assert [[bytes(a) for a in c] for c in out] == [[b"SET", b"k", value]]
 
 
+@pytest.mark.parametrize("receive", RECEIVE_PATHS)
 @pytest.mark.parametrize("size", [32 * 1024 * 1024 + 1, 40 * 1024 * 1024 + 3])
 @pytest.mark.parametrize("sizes", [None, [1 << 20], [300_001, 7_000_003, 65_536]])
-def test_bulks_above_the_upfront_allocation_arrive_intact(size, sizes):
+def test_bulks_above_the_upfront_allocation_arrive_intact(size, sizes, receive):
     """A declared length above what the parser allocates up front: the buffer grows while bytes arrive."""
     value = bytes(range(251)) * (size // 251) + b"q" * (size % 251)
     data = multibulk([b"SET", b"k", value]) + multibulk([b"GET", b"k"])
     p = new_parser(max_bulk=128 << 20, query_limit=256 << 20)
-    got = drive(p, data, sizes)
+    got = drive(p, data, sizes, receive=receive)
     assert len(got) == 2 and got[1] == [b"GET", b"k"]
     assert got[0][:2] == [b"SET", b"k"] and len(got[0][2]) == size and got[0][2] == value
 
@@ -214,6 +236,7 @@ junk_piece = st.one_of(
 )
 
 
+@pytest.mark.parametrize("receive", RECEIVE_PATHS)
 @settings(deadline=None, max_examples=250, suppress_health_check=[HealthCheck.too_slow])
 @given(
     pieces=st.lists(junk_piece, min_size=1, max_size=30),
@@ -221,11 +244,11 @@ junk_piece = st.one_of(
     authenticated=st.booleans(),
     max_bulk=st.sampled_from([BIG_ARG, MAX_BULK]),
 )
-def test_random_bytes_raise_only_protocol_errors(pieces, sizes, authenticated, max_bulk):
+def test_random_bytes_raise_only_protocol_errors(pieces, sizes, authenticated, max_bulk, receive):
     data = b"".join(pieces)
     p = new_parser(authenticated=authenticated, max_bulk=max_bulk, query_limit=QUERY_LIMIT)
     try:
-        commands = drive(p, data, sizes)
+        commands = drive(p, data, sizes, receive=receive)
     except ProtocolError as exc:
         assert exc.message.startswith("ERR Protocol error: ")
         assert "\r" not in exc.message and "\n" not in exc.message
@@ -237,9 +260,10 @@ def test_random_bytes_raise_only_protocol_errors(pieces, sizes, authenticated, m
         assert all(isinstance(a, bytes) for a in cmd)
 
 
+@pytest.mark.parametrize("receive", RECEIVE_PATHS)
 @settings(deadline=None, max_examples=80, suppress_health_check=[HealthCheck.too_slow])
 @given(prefix=command_stream(), bad=st.sampled_from(range(8)), sizes=chunking)
-def test_commands_before_bad_bytes_are_delivered_whatever_the_split(prefix, bad, sizes):
+def test_commands_before_bad_bytes_are_delivered_whatever_the_split(prefix, bad, sizes, receive):
     data, expected = prefix
     suffixes = [
         (b"*1\r\nfoo\r\n", "expected '$', got 'f'"),
@@ -253,7 +277,7 @@ def test_commands_before_bad_bytes_are_delivered_whatever_the_split(prefix, bad,
     ]
     suffix, message = suffixes[bad]
     with pytest.raises(ProtocolError) as info:
-        drive(new_parser(), data + suffix, sizes)
+        drive(new_parser(), data + suffix, sizes, receive=receive)
     assert info.value.message == "ERR Protocol error: " + message
     assert info.value.parser_commands == expected
 

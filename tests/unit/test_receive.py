@@ -10,10 +10,12 @@ import socket
 import time
 import weakref
 from collections.abc import Iterator
+from types import SimpleNamespace
 
 import pytest
 
 from kvd.protocol import lowat
+from kvd.protocol.landing import Template
 
 try:
     from kvd.protocol._receive import Receiver
@@ -32,8 +34,8 @@ class Python:
     def get_buffer(self, sizehint: int) -> memoryview:
         return memoryview(self.buf)
 
-    def buffer_updated(self, nbytes: int, reads: int = 1) -> None:
-        self.updates.append((nbytes, reads))
+    def buffer_updated(self, nbytes: int, reads: int = 1, land: bytearray | None = None) -> None:
+        self.updates.append((nbytes, reads) if land is None else (nbytes, reads, bytes(land[:nbytes])))
 
 
 @pytest.fixture
@@ -278,3 +280,97 @@ def test_a_descriptor_that_refuses_the_mark_turns_it_off(py, receiver):
     finally:
         os.close(r)
         os.close(w)
+
+
+# -- landing: whole requests of an armed shape -----------------------------------------------------------------
+
+
+def landing_request(key: bytes, value: bytes) -> bytes:
+    return b"*3\r\n$3\r\nSET\r\n$%d\r\n%b\r\n$%d\r\n%b\r\n" % (len(key), key, len(value), value)
+
+
+@pytest.fixture
+def armed(receiver: Receiver) -> Receiver:
+    receiver.land(Template(b"SET", 8, 1000))
+    return receiver
+
+
+def test_an_armed_receiver_lands_a_whole_request_and_reports_it_once(py, armed):
+    assert armed.armed and not armed.filling
+    request = landing_request(b"key:0001", bytes(range(200)) * 5)
+    with armed.get_buffer(-1) as view:
+        assert len(view) == Template(b"SET", 8, 1000).size  # its own buffer, the size of such a request
+    for start in range(0, len(request), 97):  # the header arrives in pieces too
+        read(armed, request[start : start + 97])
+    assert py.updates == [(len(request), -(-len(request) // 97), request)]
+    assert armed.armed and not armed.filling  # stays armed; the next read gets a new buffer
+
+
+def test_a_request_of_another_shape_is_handed_over_as_soon_as_its_header_shows_it(py, armed):
+    other_length = b"*3\r\n$3\r\nSET\r\n$8\r\nkey:0001\r\n$999\r\n"
+    read(armed, other_length)
+    assert py.updates == [(len(other_length), 1, other_length)]
+    read(armed, b"*2\r\n$3\r\nGET")  # another command: known at its second byte
+    assert py.updates[-1] == (11, 1, b"*2\r\n$3\r\nGET")
+    read(armed, b"*3\r\n$3\r\nSE")  # could still be one: wait
+    assert len(py.updates) == 2 and armed.filling
+
+
+def test_the_mark_waits_for_the_rest_once_the_header_has_matched(py, tcp):
+    receiver = Receiver(py.get_buffer, py.buffer_updated, lowat.MIN, lowat.CHUNK)
+    receiver.use_fd(tcp.fileno())
+    value_len = 4 * lowat.MIN
+    receiver.land(Template(b"SET", 8, value_len))
+    request = landing_request(b"key:0001", b"v" * value_len)
+    read(receiver, request[:10])
+    assert receiver.mark == 1  # the header is not all in: how much is missing is not known
+    read(receiver, request[:100][10:])
+    assert receiver.mark == len(request) - 100 == tcp.getsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT)
+    read(receiver, request[100:])
+    assert receiver.mark == 1 and py.updates == [(len(request), 3, request)]
+
+
+def test_disarming_keeps_a_landing_that_began_and_stops_the_next(py, armed):
+    request = landing_request(b"key:0001", b"x" * 1000)
+    read(armed, request[:20])
+    armed.land(None)
+    assert not armed.armed and armed.filling
+    read(armed, request[20:])
+    assert py.updates == [(len(request), 2, request)]
+    read(armed, b"PING\r\n")  # Python's get_buffer again
+    assert py.updates[-1] == (6, 1) and py.buf.startswith(b"PING\r\n")
+
+
+def test_a_shape_armed_mid_request_applies_from_the_next_one(py, armed):
+    """The request under way keeps the shape its buffer was made for: a header of the new shape (a longer value,
+    which would not fit that buffer) is another shape to it, handed over."""
+    header = b"*3\r\n$3\r\nSET\r\n$8\r\nkey:0001\r\n$5000\r\n"
+    read(armed, header[:21])
+    armed.land(Template(b"SET", 8, 5000))
+    read(armed, header[21:])
+    assert py.updates == [(len(header), 2, header)]
+    request = b"*3\r\n$3\r\nSET\r\n$8\r\nkey:0002\r\n$5000\r\n" + b"v" * 5000 + b"\r\n"
+    read(armed, request)  # the next one lands as the new shape
+    assert py.updates[-1] == (len(request), 1, request)
+
+
+@pytest.mark.parametrize(
+    ("template", "error"),
+    [
+        (object(), AttributeError),
+        (SimpleNamespace(prefix=b"x", suffix="y", key_max=1, value_len=1, size=10), ValueError),
+        (SimpleNamespace(prefix=b"x", suffix=b"y", key_max=1, value_len=1, size=0), ValueError),
+        (SimpleNamespace(prefix=b"x", suffix=b"y", key_max=-1, value_len=1, size=10), ValueError),
+        (SimpleNamespace(prefix=b"x", suffix=b"y", key_max=1, value_len=2**70, size=10), OverflowError),
+    ],
+)
+def test_land_refuses_what_is_not_a_template(receiver, template, error):
+    with pytest.raises(error):
+        receiver.land(template)
+    assert not receiver.armed
+
+
+def test_close_drops_a_landing_and_the_shape(py, armed):
+    read(armed, b"*3\r\n$3\r\nSET\r\n")
+    armed.close()
+    assert not armed.filling and not armed.armed
