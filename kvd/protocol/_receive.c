@@ -1,4 +1,5 @@
-/* kvd/protocol/_receive.c: the reads in the middle of a large value, taken without running Python.
+/* kvd/protocol/_receive.c: the reads in the middle of a large value, and whole landing requests, taken without
+ * running Python.
  *
  * A 1 MiB SET reaches the server in pieces, and with the receive low-water mark (kvd/protocol/lowat.py) the
  * event loop still wakes once per 256 KiB of it. Each of those wake-ups used to run two Python callbacks
@@ -16,7 +17,7 @@
  *
  * Landing (kvd/protocol/landing.py) goes further. Between requests, after a run of large requests of one shape,
  * the parser arms the Receiver with that shape (land(template)). The next read then goes into a bytearray the
- * size of such a request, allocated here; the Receiver checks the header as it arrives (match_header below),
+ * size of such a request, allocated here; the Receiver checks the header as it arrives (match() below),
  * takes the value's reads as above, and calls Python once, with the whole request: buffer_updated(nbytes,
  * reads, buf). A request of another shape is handed over the same way as soon as the header says so, and the
  * parser reads what landed with its general path. So a repeated SET of a KV chunk runs Python once, not once
@@ -35,7 +36,8 @@
  * Python has handled a completed value, so that system call follows the reply instead of preceding it, and
  * Linux signals readiness at once if the next request is already queued.
  *
- * Complexity: O(1) per read. Not thread-safe (one per connection, used on the event loop's thread).
+ * Complexity: O(1) per read, O(header) per read while a landing request's header arrives. Not thread-safe (one
+ * per connection, used on the event loop's thread).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -245,7 +247,8 @@ match(const char *b, Py_ssize_t filled, PyObject *prefix, PyObject *suffix, Py_s
 
 PyDoc_STRVAR(get_buffer_doc,
              "get_buffer(sizehint, /)\n--\n\n"
-             "The protocol's get_buffer: the rest of the value being filled, else the parser's answer.");
+             "The protocol's get_buffer: the rest of the value or landing request being filled, a new landing\n"
+             "buffer when armed, else the parser's answer.");
 
 static PyObject *
 not_ready(void)

@@ -4,6 +4,7 @@ every shape and every split of the input parses exactly as the general path woul
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import re
 from unittest import mock
@@ -255,3 +256,105 @@ def test_with_the_c_receiver_a_landing_request_runs_python_once_and_becomes_the_
     assert receiver.armed
     p.set_authenticated(False)
     assert not receiver.armed
+
+
+class _Transport:
+    """What kvd's Client uses of a transport; replies are kept."""
+
+    def __init__(self) -> None:
+        self.out: list[bytes] = []
+
+    def write(self, data) -> None:
+        self.out.append(bytes(data))
+
+    def writelines(self, parts) -> None:
+        self.out.append(b"".join(bytes(p) for p in parts))
+
+    def get_extra_info(self, name: str, default=None):
+        return default
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def set_write_buffer_limits(self, high=None, low=None) -> None:
+        pass
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+    def is_closing(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.skipif(Receiver is None, reason="_receive not built")
+async def test_the_connection_lands_repeated_sets_in_c_and_stores_the_landed_buffer():
+    """kvd/connection.py's wiring, not a copy of it: the real Client, parser and keyspace. After two SETs of one
+    shape, the third is taken by the receiver without running Python until it is whole (the connection's read
+    count moves only then), and the stored value is the landed buffer itself."""
+    from kvd.config import load_settings
+    from kvd.connection import Client
+    from kvd.server import Server
+    from kvd.store.keyspace import Keyspace
+
+    settings = load_settings(None, ["--persistence", "no"])
+    server = Server(settings, Keyspace(maxmemory=settings.maxmemory, policy=settings.maxmemory_policy))
+    client, transport = Client(server), _Transport()
+    client.connection_made(transport)
+
+    def send(data: bytes, piece: int) -> None:
+        pos = 0
+        while pos < len(data):
+            with client.get_buffer(-1) as buf:
+                n = min(len(buf), len(data) - pos, piece)
+                buf[:n] = data[pos : pos + n]
+            client.buffer_updated(n)
+            pos += n
+
+    for i in (1, 2):
+        send(set_request(b"key:%04d" % i, value(i)), 16 * 1024)
+    assert client._receiver.armed, "two SETs of one shape must arm the receiver"
+    request = set_request(b"key:0003", value(3))
+    half = len(request) // 2
+    reads = server.stats.reads_processed
+    send(request[:half], 4096)
+    assert server.stats.reads_processed == reads, "Python ran before the landing request was whole"
+    first = client.get_buffer(-1)
+    addr = address(first) - half  # where the landing buffer starts
+    first.release()
+    send(request[half:], 4096)
+    assert server.stats.reads_processed == reads + -(-half // 4096) + -(-(len(request) - half) // 4096)
+    await asyncio.sleep(0)  # the replies of this iteration
+    assert transport.out[-1] == b"+OK\r\n"
+    stored = server.keyspace.lookup(b"key:0003").value
+    assert stored == value(3)
+    assert address(stored) == addr + len(request) - N - 2, "the stored value must be the buffer read into"
+
+
+@pytest.mark.skipif(Receiver is None, reason="_receive not built")
+def test_an_unfinished_request_reported_as_landed_goes_to_the_general_parser():
+    """The receiver reports a landing only whole or as another shape; should a part of one reach the parser
+    anyway (the parser's ``_unfinished_landing``), it is read the general way and nothing is lost."""
+    p = new_parser()
+    lead = set_request(b"key:0001", value(1)) * 2
+    assert drive(p, lead, receive="c") == [[b"SET", b"key:0001", value(1)]] * 2  # arms landing
+    out: list = []
+    p.receiver = receiver = Receiver(p.get_buffer, lambda n, reads=1, land=None: p.feed(n, out, land), 1, 1 << 30)
+    request = set_request(b"key:0002", value(2))
+    part = bytearray(request[:5000]) + bytearray(100)
+    p.feed(5000, out, part)  # as if landed, but unfinished
+    pos = 5000
+    for _ in range(len(request)):  # bounded: each read moves at least one byte
+        if pos == len(request):
+            break
+        with receiver.get_buffer(-1) as buf:
+            n = min(len(buf), len(request) - pos)
+            buf[:n] = request[pos : pos + n]
+        receiver.buffer_updated(n)
+        pos += n
+    assert [[bytes(a) for a in c] for c in out] == [[b"SET", b"key:0002", value(2)]]
