@@ -30,9 +30,10 @@
  * get_buffer.
  *
  * The mark: SO_RCVLOWAT of the connection's descriptor, set with setsockopt(2) directly (the loop owns the
- * descriptor; a system call on it from inside its own callbacks is safe). It waits for what is missing up to
- * `chunk` bytes at a time, or for 1 byte when less than `least` is missing (the policy and its measurements are
- * in kvd/protocol/lowat.py, which keeps it for interpreters without this module). It goes back to 1 after
+ * descriptor; a system call on it from inside its own callbacks is safe). While at least `least` bytes are
+ * missing it waits for `chunk` of them at a time (or all, if fewer); the last `least` bytes are read as they
+ * arrive, so the copy of the end of a value overlaps the client's (the policy and its measurements are in
+ * kvd/protocol/lowat.py, which keeps it for interpreters without this module). It goes back to 1 after
  * Python has handled a completed value, so that system call follows the reply instead of preceding it, and
  * Linux signals readiness at once if the next request is already queued.
  *
@@ -136,8 +137,8 @@ Receiver_init(Receiver *self, PyObject *args, PyObject *kwds)
                                      &chunk)) {
         return -1;
     }
-    if (least < 1 || chunk < least || chunk > INT_MAX) {
-        PyErr_SetString(PyExc_ValueError, "Receiver(): need 1 <= least <= chunk <= INT_MAX");
+    if (least < 1 || chunk < 1 || chunk > INT_MAX) {
+        PyErr_SetString(PyExc_ValueError, "Receiver(): need least >= 1 and 1 <= chunk <= INT_MAX");
         return -1;
     }
     Py_INCREF(get_buffer);

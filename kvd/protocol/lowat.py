@@ -11,16 +11,28 @@ lets a TCP socket say so (``SO_RCVLOWAT``): ``epoll`` reports it readable only w
 keeps sending. So the rest of the value arrives in one read. The mark goes back to 1 as soon as the argument is
 complete, before the next request can be waited for.
 
-How much to wait for: what is missing up to ``CHUNK`` (256 KiB) at once; beyond that, ``CHUNK`` at a time, so
-that the server copies one piece while the client is still copying the next and the two copies overlap on the
-two cores. Measured against one client pinned to one core and the server to the other (Intel host, 24 rounds,
-medians; redis-server in the same rounds), a mark for all of what is missing against none: 256 KiB SET 65 -> 52
-us of server CPU (Redis 52) and 8.0k -> 10.2k SET/s (Redis 8.6k); 1 MiB SET 165 -> 114 us (Redis 149), 3.3k ->
-3.6k SET/s (Redis 3.4k). Waiting for all of a 4 MiB value cost throughput with one client (750 against 968
-SET/s), and so, on an AMD EPYC host without pinning, did waiting for all of a 1 MiB value rather than 256 KiB at
-a time (8 alternating rounds, medians: 2819 -> 3760 SET/s with one client, Redis 3678; 3527 -> 3690 with four;
-4 MiB 873 -> 936; 512 KiB and 2 MiB within noise either way). 128 KiB steps were no better than 256 KiB, and
-1 MiB pieces were slower (the kernel also clamps the window to the mark when it grows the receive buffer).
+How much to wait for: ``CHUNK`` (256 KiB) at a time while at least ``MIN`` (512 KiB) is missing, so that the
+server copies one piece while the client is still copying the next and the two copies overlap on the two
+cores; the last part of a value, under ``MIN``, is read as it arrives. Waiting costs the overlap at the end:
+kvd copies a waited-for piece only after the client has copied all of it. That was worth it while every
+wake-up ran Python; since the reads in the middle of a value are taken in C (``_receive.c``) a wake-up costs a
+few microseconds, and for the end of a value the overlap is worth more (measured below, 2026-11-25).
+
+Before the C receiver, measured against one client pinned to one core and the server to the other (Intel host, 24
+rounds, medians; redis-server in the same rounds), a mark for all of what is missing against none: 256 KiB SET 65 ->
+52 us of server CPU (Redis 52) and 8.0k -> 10.2k SET/s (Redis 8.6k); 1 MiB SET 165 -> 114 us (Redis 149), 3.3k ->
+3.6k SET/s (Redis 3.4k). Waiting for all of a 4 MiB value cost throughput with one client (750 against 968 SET/s),
+and so, on an AMD EPYC host without pinning, did waiting for all of a 1 MiB value rather than 256 KiB at a time (8
+alternating rounds, medians: 2819 -> 3760 SET/s with one client, Redis 3678; 3527 -> 3690 with four; 4 MiB 873 ->
+936; 512 KiB and 2 MiB within noise either way). 128 KiB steps were no better than 256 KiB, and 1 MiB pieces were
+slower (the kernel also clamps the window to the mark when it grows the receive buffer).
+
+With the C receiver (AMD EPYC host, ``scripts/bench_ab.py --op SET --rounds 24 --duration 0.5``, unpinned,
+medians, redis-server in the same rounds), waiting only while 512 KiB or more is missing against the rule before
+(the rest waited for once under 256 KiB, from 64 KiB missing): 256 KiB SET 0.80x -> 0.95x Redis with one client
+(and 0.88x -> 0.95x in 30 rounds against no mark at all), 0.85x -> 0.87x with four; 1 MiB 0.98x -> 0.98x with
+one, 1.14x -> 1.08x with four (rounds spread 1.5k-3.1k SET/s); 4 MiB 1.03x -> 1.04x. No mark at all lost at 2
+and 4 MiB (1.00x -> 0.91x, 1.03x -> 0.95x): there the wake-ups add up.
 
 Where it is set: by the C receiver (``kvd/protocol/_receive.c``), which takes the reads in the middle of a
 value itself and calls ``setsockopt`` on the connection's own descriptor (from C that is one plain system call;
@@ -39,9 +51,9 @@ CPU per SET, 7395 -> 7799 SET/s (redis-server 68.2 us, 10301/s); 1 MiB: 248.6 ->
 The cost of the duplicate: one more descriptor per connection that has sent a value of ``MIN`` bytes or more;
 if there is none to be had (``EMFILE``), that connection reads without the mark, as before.
 
-Two or three ``setsockopt`` calls per argument up to 256 KiB (set, perhaps lowered by a read the event loop
-makes on its own, reset), at most one more per 256 KiB beyond; none for small requests, which pay only the check
-(about 0.1 us per read). Not used for TLS (the socket carries ciphertext the TLS layer may already have
+No ``setsockopt`` call for an argument under 512 KiB; for a larger one, one per 256 KiB the mark waits for (perhaps
+one more after a read the event loop makes on its own) and one to reset it; none for small requests, which pay only
+the check (about 0.1 us per read). Not used for TLS (the socket carries ciphertext the TLS layer may already have
 buffered, so the count would be wrong) nor for Unix sockets (whose ``poll`` ignores the mark)."""
 
 from __future__ import annotations
@@ -49,7 +61,7 @@ from __future__ import annotations
 import os
 import socket
 
-MIN = 64 * 1024  # below this much missing a wake-up saves too little to pay for two system calls
+MIN = 512 * 1024  # below this much missing, read as it arrives (the copies of a value's end overlap)
 CHUNK = 256 * 1024  # wait for at most this much at a time (so the copies of client and server overlap)
 _SUPPORTED = hasattr(socket, "SO_RCVLOWAT")
 
