@@ -31,8 +31,8 @@
  *
  * The mark: SO_RCVLOWAT of the connection's descriptor, set with setsockopt(2) directly (the loop owns the
  * descriptor; a system call on it from inside its own callbacks is safe). While at least `least` bytes are
- * missing it waits for `chunk` of them at a time (or all, if fewer); the last `least` bytes are read as they
- * arrive, so the copy of the end of a value overlaps the client's (the policy and its measurements are in
+ * missing it waits for `chunk` of them at a time (or all, if fewer); once fewer are missing, the rest is read as
+ * it arrives, so the copy of the end of a value overlaps the client's (the policy and its measurements are in
  * kvd/protocol/lowat.py, which keeps it for interpreters without this module). It goes back to 1 after
  * Python has handled a completed value, so that system call follows the reply instead of preceding it, and
  * Linux signals readiness at once if the next request is already queued.
