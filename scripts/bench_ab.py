@@ -136,7 +136,8 @@ def main() -> int:
     servers: list[bs.Server] = []
     with tempfile.TemporaryDirectory(prefix="kvd-ab-") as tmp:
         try:
-            servers = [start(t, args, Path(tmp), i) for i, t in enumerate(args.targets)]
+            for i, t in enumerate(args.targets):
+                servers.append(start(t, args, Path(tmp), i))  # appended one by one: a failed start stops the rest
             if args.redis_benchmark is None and args.op != "SET":
                 for srv in servers:
                     bs.preload([srv], args.size, bs.plan(args.size)["nget"])

@@ -110,6 +110,15 @@ class Server:
 
 
 def _wait_ready(srv: Server, timeout: float = 60.0) -> None:
+    """Return once ``srv`` answers; otherwise stop it (no server outlives a failed start) and raise."""
+    try:
+        _poll_ready(srv, timeout)
+    except BaseException:
+        srv.stop()
+        raise
+
+
+def _poll_ready(srv: Server, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     last: Exception | None = None
     while time.monotonic() < deadline:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -49,3 +50,46 @@ def test_one_round_against_redis_and_kvd_reports_both():
     rows = dict(re.findall(r"^(\d:\S+)\s+(\d+) ", run.stdout, re.MULTILINE))
     assert set(rows) == {"0:redis", f"1:kvd={REPO}"}, run.stdout
     assert all(int(ops) > 0 for ops in rows.values()), run.stdout
+
+
+def _processes_in(directory: Path) -> list[str]:
+    """Processes whose command line or working directory names ``directory`` (redis-server rewrites its command
+    line to "redis-server HOST:PORT", but works in its --dir)."""
+    found = []
+    for pid in Path("/proc").iterdir():
+        try:
+            cmdline = (pid / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            cwd = os.readlink(pid / "cwd")
+        except OSError:
+            continue  # gone, not a process, or not ours to look at
+        if str(directory) in cmdline or cwd.startswith(str(directory)):
+            found.append(f"{pid.name}: {cmdline} (in {cwd})")
+    return found
+
+
+def test_a_target_that_fails_to_start_leaves_no_server_running(tmp_path):
+    """redis starts, then kvd on an interpreter that exits at once: the run fails and stops redis too."""
+    run = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "bench_ab.py"), "--rounds", "1", "redis", "kvd@/bin/false"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "TMPDIR": str(tmp_path)},  # every server's --dir is under it
+    )
+    assert run.returncode != 0 and "exited with" in run.stderr, run.stderr[-2000:]
+    assert _processes_in(tmp_path) == []
+
+
+def test_a_server_that_never_answers_is_stopped(tmp_path):
+    import bench_server
+
+    proc = subprocess.Popen(["sleep", "30"])
+    srv = bench_server.Server("silent", "kvd", bench_server.free_port(), proc, tmp_path / "log")
+    try:
+        with pytest.raises(RuntimeError, match="not ready"):
+            bench_server._wait_ready(srv, timeout=0.5)
+        assert proc.poll() is not None  # stopped, not left behind
+    finally:
+        proc.kill()
+        proc.wait()
