@@ -135,17 +135,18 @@ ensure_redis_tools() {
 }
 
 ensure_c_toolchain() {
-    # ensure_c_toolchain PYTHON: a C compiler and PYTHON's headers, so pip builds kvd/_buffers.c. Best effort:
-    # kvd works without the extension, through ctypes, but every large SET costs more (kvd/buffers.py), and
-    # tests/unit/test_buffers.py fails where the set-up did not build it.
+    # ensure_c_toolchain PYTHON: a C compiler and PYTHON's headers, so pip builds kvd/_buffers.c and
+    # kvd/protocol/_receive.c. Best effort: kvd works without them, through ctypes and Python, but every large
+    # SET costs more (kvd/buffers.py, kvd/protocol/receive.py), and tests/unit/test_buffers.py fails where the
+    # set-up did not build them.
     local py="$1" headers
     if ! command -v cc >/dev/null 2>&1; then
-        (ensure_apt gcc libc6-dev) || note "no C compiler: kvd/_buffers.c is not built (kvd uses ctypes, slower)"
+        (ensure_apt gcc libc6-dev) || note "no C compiler: kvd's C extensions are not built (kvd uses ctypes and Python, slower)"
     fi
     if ! has_python_headers "$py"; then
         # Debian's own interpreter keeps its headers in pythonX.Y-dev; pyenv and python.org builds ship them.
         headers="python$("$py" -c 'import sys; print("%d.%d" % sys.version_info[:2])')-dev"
-        (ensure_apt "$headers") || note "no Python headers ($headers): kvd/_buffers.c is not built (kvd uses ctypes)"
+        (ensure_apt "$headers") || note "no Python headers ($headers): kvd's C extensions are not built (kvd uses ctypes and Python)"
     fi
 }
 

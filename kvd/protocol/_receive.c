@@ -408,12 +408,8 @@ Receiver_expect(Receiver *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_Format(PyExc_TypeError, "expect() needs a bytearray, not %.100s", Py_TYPE(buf)->tp_name);
         return NULL;
     }
-    Py_ssize_t pos;
-    if (!as_ssize(args[1], &pos)) {
-        return NULL;
-    }
-    Py_ssize_t end;
-    if (!as_ssize(args[2], &end)) {
+    Py_ssize_t pos, end;
+    if (!as_ssize(args[1], &pos) || !as_ssize(args[2], &end)) {
         return NULL;
     }
     if (pos < 0 || pos >= end || end > PyByteArray_GET_SIZE(buf)) {
@@ -564,12 +560,8 @@ match_header(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t narg
         PyErr_SetString(PyExc_TypeError, "match_header(): buf is a bytearray, prefix and suffix are bytes");
         return NULL;
     }
-    Py_ssize_t filled;
-    if (!as_ssize(args[1], &filled)) {
-        return NULL;
-    }
-    Py_ssize_t key_max;
-    if (!as_ssize(args[4], &key_max)) {
+    Py_ssize_t filled, key_max;
+    if (!as_ssize(args[1], &filled) || !as_ssize(args[4], &key_max)) {
         return NULL;
     }
     if (filled < 0 || filled > PyByteArray_GET_SIZE(buf)) {
