@@ -42,7 +42,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from kvd.commands import COMMANDS
-from kvd.commands.registry import ALIASES, NOAUTH
+from kvd.commands.registry import ALIASES, NOAUTH, Command
 from kvd.protocol import errors, lowat
 from kvd.protocol.errors import CommandError, DropConnection, ProtocolError
 from kvd.protocol.lowat import ReceiveLowWater
@@ -59,6 +59,7 @@ log = logging.getLogger("kvd.client")
 
 _SECURITY_ATTACK = (b"post", b"host:")
 _monotonic = time.monotonic
+_SET = COMMANDS[b"set"]  # the command a landed request runs past the dispatch
 _RUN_IN_MULTI = frozenset({"exec", "discard", "multi", "watch", "quit", "reset"})  # not queued after MULTI
 
 
@@ -175,6 +176,9 @@ class Client(asyncio.BufferedProtocol):
             self.kill()
             return
         if parsed:
+            if land is not None and len(parsed) == 1 and self._run_landed(parsed[0]):
+                parsed.clear()
+                return
             self._queue.extend(parsed)
             parsed.clear()
         if self._queue or self._protocol_error is not None:  # else a large value is still arriving: no batch
@@ -257,6 +261,46 @@ class Client(asyncio.BufferedProtocol):
             self._multi.append(argv)
             self.reply.raw(b"+QUEUED\r\n")
             return None
+        return self._call(cmd, argv)
+
+    def _run_landed(self, argv: list[Any]) -> bool:
+        """Run a SET that the C receiver landed whole (``kvd/protocol/landing.py``) from the read callback itself,
+        past the queue and the dispatch. True if it ran; False leaves it to ``_run``.
+
+        This is the KV-cache client's write, one per read callback. Its Python runs right after the kernel has
+        copied the value through the caches, so every frame and object it touches is a cache miss: measured in
+        docs/benchmarks.md, "Where the time goes". What it skips is decided already: landing is armed only for
+        an authenticated client (``_landing_template``) and a request of three arguments. Anything else that
+        the general path handles differently (a pipeline queued behind a command or the log, MULTI, flow
+        control, a protocol error after the request, a client closing) sends the request there."""
+        if (
+            ALIASES.get(argv[0]) is not _SET
+            or self._queue
+            or self._busy
+            or self._multi is not None
+            or self._protocol_error is not None
+            or self._write_paused
+            or not self._reading
+            or self._eof
+            or self.close_after_reply
+            or self._closed
+        ):
+            return False
+        stats = self.stats
+        stats.commands_processed += 1
+        stats.landed_sets += 1
+        self.last_command = "set"
+        self._call(_SET, argv)  # never awaits: SET does not touch the disk
+        if self._log_dirty:
+            self._end_batch()  # held until the log has the record, as for every write
+        else:
+            self.flush_replies()  # at once: nothing to gain from ReplyBatch's wait for one large write
+        return True
+
+    def _call(self, cmd: Command, argv: list[Any]) -> Any:
+        """Run ``cmd``'s handler: its call count, the log's refusal of writes (MISCONF), and a failure as its
+        error reply. A write's reply is held until the log has its record (``_end_batch``)."""
+        stats = self.stats
         calls = stats.calls
         seg_log = self.keyspace.log
         if not cmd.is_write or seg_log is None:

@@ -56,6 +56,7 @@ class ServerStats:
         self.reads_processed = 0  # buffer_updated calls: one per successful read from a client socket
         self.writes_processed = 0  # reply flushes handed to the transport
         self.batched_replies = 0  # clients whose replies left with others at the end of a loop iteration
+        self.landed_sets = 0  # SETs received whole in a buffer of their own, run from the read callback
         self.auth_failures = 0
         self.output_limit_disconnections = 0
         self.prefix_lookups = 0
@@ -251,6 +252,7 @@ def _kvd(s: Server) -> list[tuple[str, object]]:
         ("evicted_keys", st.evicted_keys),
         ("expired_keys", st.expired_keys),
         ("batched_replies", s.stats.batched_replies),
+        ("landed_sets", s.stats.landed_sets),
         ("prefix_lookups", s.stats.prefix_lookups),
         ("prefix_keys_hit", s.stats.prefix_keys_hit),
         ("prefix_keys_missed", s.stats.prefix_keys_missed),
