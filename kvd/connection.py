@@ -10,7 +10,8 @@ The life of a request, in this file:
    included, and reports with its buffer.
 2. ``_run``: complete commands are executed strictly in order. A handler writes its reply into ``_out`` (a list
    of buffers) and returns None, or returns an awaitable when it needs the disk. Then the pipeline of this
-   client is suspended (reading paused) until it completes; other clients carry on.
+   client is suspended (reading paused) until it completes; other clients carry on. A SET that landed whole
+   is run from the read callback itself (``_run_landed``) when nothing is queued before it.
 3. ``_end_batch``: once the received bytes are used up, replies go out in one go. If the batch wrote to the
    segment log, replies are held until the log's barrier says the records are written (``everysec``/``no``)
    or fsynced (``always``), so an acknowledged write survives ``kill -9``. All clients' writes in one loop
