@@ -271,18 +271,16 @@ class Client(asyncio.BufferedProtocol):
         This is the KV-cache client's write, one per read callback. Its Python runs right after the kernel has
         copied the value through the caches, so every frame and object it touches is a cache miss: measured in
         docs/benchmarks.md, "Where the time goes". What it skips is decided already: landing is armed only for
-        an authenticated client (``_landing_template``) and a request of three arguments. Anything else that
-        the general path handles differently (a pipeline queued behind a command or the log, MULTI, flow
-        control, a protocol error after the request, a client closing) sends the request there."""
+        an authenticated client (``_landing_template``) and a request of three arguments. A request that
+        ``_run`` would not run now (one queued before it, a command or the log awaited, MULTI, paused writes, a
+        closing client) goes there; what follows the command (held replies, a protocol error after it, paused
+        reading) is ``_end_batch``'s and ``_finish_batch``'s, as after ``_run``."""
         if (
             ALIASES.get(argv[0]) is not _SET
             or self._queue
             or self._busy
             or self._multi is not None
-            or self._protocol_error is not None
             or self._write_paused
-            or not self._reading
-            or self._eof
             or self.close_after_reply
             or self._closed
         ):
@@ -295,7 +293,7 @@ class Client(asyncio.BufferedProtocol):
         if self._log_dirty:
             self._end_batch()  # held until the log has the record, as for every write
         else:
-            self.flush_replies()  # at once: nothing to gain from ReplyBatch's wait for one large write
+            self._finish_batch(at_once=True)  # nothing to gain from ReplyBatch's wait for one large write
         return True
 
     def _call(self, cmd: Command, argv: list[Any]) -> Any:
@@ -392,9 +390,13 @@ class Client(asyncio.BufferedProtocol):
         if self._queue and not self._busy:
             self._run()
 
-    def _finish_batch(self, released: bool = False) -> None:
+    def _finish_batch(self, released: bool = False, at_once: bool = False) -> None:
         if self._reading and not (self._protocol_error or self.close_after_reply or self._eof or self._write_paused):
-            self._replies.add(self, released)  # the common case: replies handed over (now or at the iteration's end)
+            # The common case: replies handed over, now or with the others at the iteration's end (ReplyBatch).
+            if at_once:
+                self.flush_replies()
+            else:
+                self._replies.add(self, released)
             return
         self.flush_replies()
         if self._protocol_error is not None:

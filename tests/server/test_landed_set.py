@@ -151,3 +151,20 @@ def test_redis_py_pipelined_sets_are_answered_in_order(server):
     replies = pipe.execute()
     assert replies[0::2] == [True] * 17
     assert replies[1::2] == [value_for(i - 1) for i in range(3, 20)]
+
+
+def test_a_protocol_error_after_a_landed_set_comes_after_its_reply(raw_client):
+    """The bytes after a landed SET are malformed: the SET is stored and answered, then the error, then the
+    connection closes, as after any request that precedes bad bytes. The key is shorter than the one that armed
+    landing, so the bad bytes have room to arrive in the same read as the request."""
+    sock, srv = raw_client
+    for i in range(3):
+        sock.sendall(encode("SET", f"chunk:{i:06d}", value_for(i)))
+        assert _reply(sock) == b"+OK\r\n"
+    before = _landed(srv)
+    sock.sendall(encode("SET", "chunk:x", value_for(7)) + b"*1\r\n$abc\r\n")
+    assert _reply(sock) == b"+OK\r\n"
+    assert _reply(sock) == b"-ERR Protocol error: invalid bulk length\r\n"
+    assert sock.recv(1) == b"", "the connection stays open after a protocol error"
+    assert _landed(srv) == before + 1, "the SET did not land: this test did not take the path it checks"
+    assert srv.client().get("chunk:x") == value_for(7)
