@@ -43,7 +43,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from kvd.commands import COMMANDS
-from kvd.commands.registry import ALIASES, NOAUTH, Command
+from kvd.commands.registry import ALIASES, NOAUTH
 from kvd.protocol import errors, lowat
 from kvd.protocol.errors import CommandError, DropConnection, ProtocolError
 from kvd.protocol.lowat import ReceiveLowWater
@@ -60,7 +60,7 @@ log = logging.getLogger("kvd.client")
 
 _SECURITY_ATTACK = (b"post", b"host:")
 _monotonic = time.monotonic
-_SET = COMMANDS[b"set"]  # the command a landed request runs past the dispatch
+_SET = COMMANDS[b"set"]  # what a landed request may run as from the read callback (it never awaits the disk)
 _RUN_IN_MULTI = frozenset({"exec", "discard", "multi", "watch", "quit", "reset"})  # not queued after MULTI
 
 
@@ -262,44 +262,6 @@ class Client(asyncio.BufferedProtocol):
             self._multi.append(argv)
             self.reply.raw(b"+QUEUED\r\n")
             return None
-        return self._call(cmd, argv)
-
-    def _run_landed(self, argv: list[Any]) -> bool:
-        """Run a SET that the C receiver landed whole (``kvd/protocol/landing.py``) from the read callback itself,
-        past the queue and the dispatch. True if it ran; False leaves it to ``_run``.
-
-        This is the KV-cache client's write, one per read callback. Its Python runs right after the kernel has
-        copied the value through the caches, so every frame and object it touches is a cache miss: measured in
-        docs/benchmarks.md, "Where the time goes". What it skips is decided already: landing is armed only for
-        an authenticated client (``_landing_template``) and a request of three arguments. A request that
-        ``_run`` would not run now (one queued before it, a command or the log awaited, MULTI, paused writes, a
-        closing client) goes there; what follows the command (held replies, a protocol error after it, paused
-        reading) is ``_end_batch``'s and ``_finish_batch``'s, as after ``_run``."""
-        if (
-            ALIASES.get(argv[0]) is not _SET
-            or self._queue
-            or self._busy
-            or self._multi is not None
-            or self._write_paused
-            or self.close_after_reply
-            or self._closed
-        ):
-            return False
-        stats = self.stats
-        stats.commands_processed += 1
-        stats.landed_sets += 1
-        self.last_command = "set"
-        self._call(_SET, argv)  # never awaits: SET does not touch the disk
-        if self._log_dirty:
-            self._end_batch()  # held until the log has the record, as for every write
-        else:
-            self._finish_batch(at_once=True)  # nothing to gain from ReplyBatch's wait for one large write
-        return True
-
-    def _call(self, cmd: Command, argv: list[Any]) -> Any:
-        """Run ``cmd``'s handler: its call count, the log's refusal of writes (MISCONF), and a failure as its
-        error reply. A write's reply is held until the log has its record (``_end_batch``)."""
-        stats = self.stats
         calls = stats.calls
         seg_log = self.keyspace.log
         if not cmd.is_write or seg_log is None:
@@ -324,6 +286,35 @@ class Client(asyncio.BufferedProtocol):
         if result is None:
             self._write_spans.append((start, len(self._out)))
         return result
+
+    def _run_landed(self, argv: list[Any]) -> bool:
+        """Run a SET that the C receiver landed whole (``kvd/protocol/landing.py``) from the read callback itself,
+        past the queue and ``_run``'s loop. True if it ran; False leaves it to ``_run``.
+
+        This is the KV-cache client's write, one per read callback. Its Python runs right after the kernel has
+        copied the value through the caches, so every frame and object it touches is a cache miss: measured in
+        docs/benchmarks.md, "Where the time goes". The request goes through ``_execute`` like any other; what
+        it skips is the queue, ``_run``'s loop and ReplyBatch's wait. A request that ``_run`` would not run now
+        (one queued before it, a command or the log awaited, MULTI, paused writes, a closing client) goes
+        there; what follows the command (held replies, a protocol error after it, paused reading) is
+        ``_end_batch``'s and ``_finish_batch``'s, as after ``_run``."""
+        if (
+            ALIASES.get(argv[0]) is not _SET
+            or self._queue
+            or self._busy
+            or self._multi is not None
+            or self._write_paused
+            or self.close_after_reply
+            or self._closed
+        ):
+            return False
+        self.stats.landed_sets += 1
+        self._execute(argv)  # never awaits: SET does not touch the disk
+        if self._log_dirty:
+            self._end_batch()  # held until the log has the record, as for every write
+        else:
+            self._finish_batch(at_once=True)  # nothing to gain from ReplyBatch's wait for one large write
+        return True
 
     def _unknown_command(self, name: bytes, argv: list[Any]) -> None:
         self.stats.commands_processed += 1
