@@ -1,8 +1,10 @@
-"""The C extensions, both on the path of every large SET: ``kvd/_buffers.c`` (two C-API calls, see kvd/buffers.py)
-and ``kvd/protocol/_receive.c`` (the middle of a large value and whole landing requests, see kvd/protocol/receive.py).
+"""The C extensions: ``kvd/_buffers.c`` (two C-API calls, see kvd/buffers.py) and ``kvd/protocol/_receive.c`` (the
+middle of a large value and whole landing requests, see kvd/protocol/receive.py), both on the path of every large
+SET, and ``kvd/persist/_records.c`` (runs of small log records, see kvd/persist/writer.py), on the path of every
+small write with the log on; it needs ``<xxhash.h>`` and ``<zlib.h>`` (Debian's libxxhash-dev and zlib1g-dev).
 
-Everything else is in pyproject.toml. Both are optional: where they cannot be compiled (no C compiler or no
-Python headers), the install still succeeds and kvd does the same in ctypes and Python, slower.
+Everything else is in pyproject.toml. All are optional: where one cannot be compiled (no C compiler, no Python
+headers, no libxxhash-dev), the install still succeeds and kvd does the same in ctypes and Python, slower.
 """
 
 from setuptools import Extension, setup
@@ -11,5 +13,6 @@ setup(
     ext_modules=[
         Extension("kvd._buffers", sources=["kvd/_buffers.c"], optional=True),
         Extension("kvd.protocol._receive", sources=["kvd/protocol/_receive.c"], optional=True),
+        Extension("kvd.persist._records", sources=["kvd/persist/_records.c"], libraries=["z"], optional=True),
     ]
 )

@@ -135,13 +135,17 @@ ensure_redis_tools() {
 }
 
 ensure_c_toolchain() {
-    # ensure_c_toolchain PYTHON: a C compiler and PYTHON's headers, so pip builds kvd/_buffers.c and
-    # kvd/protocol/_receive.c. Best effort: kvd works without them, through ctypes and Python, but every large
-    # SET costs more (kvd/buffers.py, kvd/protocol/receive.py), and tests/unit/test_buffers.py fails where the
-    # set-up did not build them.
+    # ensure_c_toolchain PYTHON: a C compiler, PYTHON's headers and the headers kvd/persist/_records.c includes
+    # (xxhash.h, zlib.h), so pip builds kvd/_buffers.c, kvd/protocol/_receive.c and kvd/persist/_records.c. Best
+    # effort: kvd works without them, through ctypes and Python, but every large SET and every persisted small
+    # write costs more (kvd/buffers.py, kvd/protocol/receive.py, kvd/persist/writer.py), and
+    # tests/unit/test_buffers.py fails where the set-up did not build them.
     local py="$1" headers
     if ! command -v cc >/dev/null 2>&1; then
         (ensure_apt gcc libc6-dev) || note "no C compiler: kvd's C extensions are not built (kvd uses ctypes and Python, slower)"
+    fi
+    if [ ! -f /usr/include/xxhash.h ] || [ ! -f /usr/include/zlib.h ]; then
+        (ensure_apt libxxhash-dev zlib1g-dev) || note "no xxhash.h/zlib.h: kvd/persist/_records.c is not built (the log packs small records in Python)"
     fi
     if ! has_python_headers "$py"; then
         # Debian's own interpreter keeps its headers in pythonX.Y-dev; pyenv and python.org builds ship them.
@@ -161,6 +165,13 @@ can_build_extension() {
     # can_build_extension PYTHON: a C compiler and PYTHON's headers are there, so a missing kvd/_buffers.c build
     # is worth another pip install (without them pip skips the optional extension every time).
     command -v cc >/dev/null 2>&1 && has_python_headers "$1"
+}
+
+buildable_extensions() {
+    # The C extensions pip can build here (a compiler and the Python headers assumed), as one import list.
+    local mods="kvd._buffers, kvd.protocol._receive"
+    [ -f /usr/include/xxhash.h ] && [ -f /usr/include/zlib.h ] && mods="$mods, kvd.persist._records"
+    echo "$mods"
 }
 
 venv_made_from() {
@@ -184,14 +195,14 @@ ensure_venv() {
     fi
     ensure_c_toolchain "$VENV/bin/python"
     local want
-    want="$(cat "$REPO/pyproject.toml" "$REPO/setup.py" "$REPO/kvd/_buffers.c" "$REPO/kvd/protocol/_receive.c" | sha256sum | cut -d' ' -f1)"
+    want="$(cat "$REPO/pyproject.toml" "$REPO/setup.py" "$REPO"/kvd/_buffers.c "$REPO"/kvd/*/_*.c | sha256sum | cut -d' ' -f1)"
     # kvd[test] includes plain kvd: either stamp will do for run.sh.
     if [ -z "$extras" ] && [ -f "$VENV/.kvd-installed-test" ] && [ "$(cat "$VENV/.kvd-installed-test")" = "$want" ]; then
         stamp="$VENV/.kvd-installed-test"
     fi
     if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ] ||
         ! "$VENV/bin/python" -c 'import kvd' >/dev/null 2>&1 ||
-        { can_build_extension "$VENV/bin/python" && ! "$VENV/bin/python" -c 'import kvd._buffers, kvd.protocol._receive' >/dev/null 2>&1; }; then
+        { can_build_extension "$VENV/bin/python" && ! "$VENV/bin/python" -c "import $(buildable_extensions)" >/dev/null 2>&1; }; then
         section "installing kvd${extras:+[$extras]} into .venv"
         "$VENV/bin/python" -m pip install -q -e "$REPO${extras:+[$extras]}"
         echo "$want" >"$stamp"

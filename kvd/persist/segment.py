@@ -250,6 +250,17 @@ class HintBuilder:
             except OSError:  # never a reason to fail the segment's writes
                 self.abandon()
 
+    def added(self, count: int, end: int) -> None:
+        """``count`` entries were appended to ``buf`` directly (the writer's C packer, ``_records.c``); the last
+        record ends at ``end``."""
+        self.count += count
+        self.end = end
+        if len(self.buf) >= HINT_SPILL:
+            try:
+                self.spill()
+            except OSError:
+                self.abandon()
+
     def spill(self) -> None:
         view = memoryview(self.buf)
         while view:

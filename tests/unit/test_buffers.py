@@ -1,6 +1,6 @@
 """kvd/buffers.py: the two C-API buffer operations, checked against their contract in every implementation that
 can load here (the compiled ``kvd._buffers`` and the ctypes fallback), and the set-up really builds the C
-extensions (this one and ``kvd/protocol/_receive.c``)."""
+extensions (this one, ``kvd/protocol/_receive.c`` and ``kvd/persist/_records.c``)."""
 
 from __future__ import annotations
 
@@ -32,6 +32,14 @@ def test_the_set_up_compiles_the_receive_path():
 
     assert connection.Receiver is _receive.Receiver
     assert parser.match_header is _receive.match_header
+
+
+def test_the_set_up_compiles_the_record_packer():
+    """pip builds kvd/persist/_records.c (scripts/setup.sh installs libxxhash-dev for its <xxhash.h>), and the
+    log's writer packs small records with it (kvd/persist/writer.py)."""
+    from kvd.persist import _records, writer
+
+    assert writer.pack_run is _records.pack_run
 
 
 @pytest.fixture(params=sorted(IMPLEMENTATIONS))
