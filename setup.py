@@ -13,6 +13,7 @@ setup(
     ext_modules=[
         Extension("kvd._buffers", sources=["kvd/_buffers.c"], optional=True),
         Extension("kvd.protocol._receive", sources=["kvd/protocol/_receive.c"], optional=True),
+        Extension("kvd.protocol._multibulk", sources=["kvd/protocol/_multibulk.c"], optional=True),
         Extension("kvd.persist._records", sources=["kvd/persist/_records.c"], libraries=["z"], optional=True),
     ]
 )

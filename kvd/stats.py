@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import kvd
 from kvd import buffers
 from kvd.persist import writer
-from kvd.protocol import receive
+from kvd.protocol import parser, receive
 
 if TYPE_CHECKING:
     from kvd.server import Server
@@ -116,6 +116,7 @@ def _server(s: Server) -> list[tuple[str, object]]:
         ("python_switch_interval_us", round(sys.getswitchinterval() * 1e6)),  # kvd/gil.py
         ("buffer_calls", buffers.IMPLEMENTATION),  # kvd/buffers.py: c, ctypes or python
         ("receive_path", receive.PATH),  # kvd/protocol/receive.py: c or python
+        ("request_parser", parser.SMALL_REQUESTS),  # kvd/protocol/parser.py: c, hiredis or python
         ("record_packer", "python" if writer.pack_run is None else "c"),  # kvd/persist/writer.py
         ("process_id", os.getpid()),
         ("run_id", s.run_id),

@@ -136,9 +136,10 @@ ensure_redis_tools() {
 
 ensure_c_toolchain() {
     # ensure_c_toolchain PYTHON: a C compiler, PYTHON's headers and the headers kvd/persist/_records.c includes
-    # (xxhash.h, zlib.h), so pip builds kvd/_buffers.c, kvd/protocol/_receive.c and kvd/persist/_records.c. Best
-    # effort: kvd works without them, through ctypes and Python, but every large SET and every persisted small
-    # write costs more (kvd/buffers.py, kvd/protocol/receive.py, kvd/persist/writer.py), and
+    # (xxhash.h, zlib.h), so pip builds kvd/_buffers.c, kvd/protocol/_receive.c, kvd/protocol/_multibulk.c and
+    # kvd/persist/_records.c. Best effort: kvd works without them, through ctypes and Python, but every large SET,
+    # every small request and every persisted small write costs more (kvd/buffers.py, kvd/protocol/receive.py,
+    # kvd/protocol/parser.py, kvd/persist/writer.py), and
     # tests/unit/test_buffers.py fails where the set-up did not build them.
     local py="$1" headers
     if ! command -v cc >/dev/null 2>&1; then
@@ -169,7 +170,7 @@ can_build_extension() {
 
 buildable_extensions() {
     # The C extensions pip can build here (a compiler and the Python headers assumed), as one import list.
-    local mods="kvd._buffers, kvd.protocol._receive"
+    local mods="kvd._buffers, kvd.protocol._receive, kvd.protocol._multibulk"
     [ -f /usr/include/xxhash.h ] && [ -f /usr/include/zlib.h ] && mods="$mods, kvd.persist._records"
     echo "$mods"
 }

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kvd.protocol import parser as parser_module
 from kvd.protocol.errors import DropConnection, ProtocolError
 from kvd.protocol.parser import BIG_ARG, INLINE_MAX, INT_MAX, RequestParser
 
@@ -24,6 +25,18 @@ except ImportError:  # no compiler at install time: test_buffers.py fails the se
 # The two ways reads reach the parser: straight (kvd's Python receive path), and through the C receiver
 # (kvd/protocol/receive.py), which takes the middle of large values and whole landing requests itself.
 RECEIVE_PATHS = ["python", pytest.param("c", marks=pytest.mark.skipif(Receiver is None, reason="_receive not built"))]
+
+
+@pytest.fixture(autouse=True, params=["c", "python"])
+def small_requests(request, monkeypatch) -> str:
+    """Every test runs with whole small requests parsed by kvd/protocol/_multibulk.c, and without it (hiredis
+    and the patterns), as where it was not built: the paths must agree on every input and every split."""
+    if request.param == "c" and parser_module.parse_requests is None:
+        pytest.skip("kvd.protocol._multibulk was not built")
+    if request.param == "python":
+        monkeypatch.setattr(parser_module, "parse_requests", None)
+    return request.param
+
 
 MAX_BULK = 1 << 20
 QUERY_LIMIT = 4 << 20

@@ -100,10 +100,11 @@ def test_the_daemon_shortens_the_switch_interval(server):
 
 @pytest.mark.kvd_only
 def test_info_names_the_compiled_buffer_calls(server):
-    """kvd/buffers.py: the daemon the set-up installs makes landing's C-API calls through kvd/_buffers.c, and
-    its log packs small records with kvd/persist/_records.c."""
+    """kvd/buffers.py: the daemon the set-up installs makes landing's C-API calls through kvd/_buffers.c, parses
+    small requests with kvd/protocol/_multibulk.c and packs small log records with kvd/persist/_records.c."""
     info = server.client().info("server")
     assert info["buffer_calls"] == "c"
+    assert info["request_parser"] == "c"
     assert info["record_packer"] == "c"
 
 

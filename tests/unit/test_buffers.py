@@ -1,6 +1,6 @@
 """kvd/buffers.py: the two C-API buffer operations, checked against their contract in every implementation that
 can load here (the compiled ``kvd._buffers`` and the ctypes fallback), and the set-up really builds the C
-extensions (this one, ``kvd/protocol/_receive.c`` and ``kvd/persist/_records.c``)."""
+extensions (this one, ``kvd/protocol/_receive.c``, ``kvd/protocol/_multibulk.c`` and ``kvd/persist/_records.c``)."""
 
 from __future__ import annotations
 
@@ -32,6 +32,14 @@ def test_the_set_up_compiles_the_receive_path():
 
     assert connection.Receiver is _receive.Receiver
     assert parser.match_header is _receive.match_header
+
+
+def test_the_set_up_compiles_the_request_parser():
+    """pip builds kvd/protocol/_multibulk.c, and the parser takes whole small requests with it."""
+    from kvd.protocol import _multibulk, parser
+
+    assert parser.parse_requests is _multibulk.parse_requests
+    assert parser.SMALL_REQUESTS == "c"
 
 
 def test_the_set_up_compiles_the_record_packer():
