@@ -129,10 +129,10 @@ pack_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyObject *entry = PyList_GET_ITEM(batch, i);
         if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) < F_COUNT)
             break;
-        PyObject *op = PyTuple_GET_ITEM(entry, F_OP);
         PyObject *key = PyTuple_GET_ITEM(entry, F_KEY);
         PyObject *value = PyTuple_GET_ITEM(entry, F_VALUE);
-        if (!PyLong_CheckExact(op) || PyLong_AsLong(op) != OP_REC || !PyBytes_CheckExact(key))
+        long long op;
+        if (field_ll(entry, F_OP, &op) || op != OP_REC || !PyBytes_CheckExact(key))
             break;
         const char *vdata;
         Py_ssize_t vlen;

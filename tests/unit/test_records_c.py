@@ -91,6 +91,7 @@ def test_without_a_hint_only_the_records() -> None:
         pytest.param(lambda off: entry(9, off, SET, bytearray(b"k"), b"v"), id="bytearray key"),
         pytest.param(lambda off: entry(9, off, SET, b"k", b"v", lsn=-1), id="negative lsn"),
         pytest.param(lambda off: entry(9, off, 256, b"k", b"v"), id="type out of range"),
+        pytest.param(lambda off: (1 << 70, *entry(9, off, SET, b"k", b"v")[1:]), id="op too large for a C long"),
     ],
 )
 def test_stops_at_what_the_python_loop_handles(stopper) -> None:  # type: ignore[no-untyped-def]
