@@ -108,7 +108,8 @@ def connect(server: Server, n: int) -> list[tuple[Client, CountingTransport]]:
 
 def deliver_header(client: Client, data: bytes, value_len: int) -> None:
     """A landing request whose value the kernel would copy: only its header is written into the buffer kvd
-    offers, and the whole request is reported. Anything else is delivered as ``deliver`` does."""
+    offers, and the whole request is reported. A request kvd does not offer a landing buffer for raises, so the
+    landed-SET workload cannot quietly time the general path instead."""
     buf = client.get_buffer(-1)
     if len(buf) < len(data):
         raise AssertionError(f"no landing buffer: {len(buf)} bytes offered for a {len(data)}-byte request")
