@@ -68,8 +68,9 @@ class LoadBuffers:
     connector passes pinned torch tensors on CUDA so that host-to-device copies start from the received bytes.
 
     The caller must be done with the values of one call (on CUDA: the copies out of them must have finished)
-    before the next call. Buffers past ``keep_bytes`` are dropped after each call, so one unusually long load
-    does not stay resident; values already returned keep their memory alive until the caller lets them go.
+    before the next call, and then calls ``trim()``: buffers past ``keep_bytes`` go, so one unusually long load
+    does not stay resident. Trimming is the caller's step because only the caller knows when the copies out of
+    the buffers are done; ``backing(i)`` stays valid for every value of a call until then.
 
     Complexity: O(1) per value when the buffer fits; a buffer is reallocated only when a value is larger.
     """
@@ -344,8 +345,8 @@ class KvdClient:
         """Values for ``keys`` (None where missing or on failure), MGET in byte-bounded batches.
 
         With ``into``, value ``i`` is a memoryview of buffer ``i`` of it, valid until the next call with the same
-        buffers; otherwise large values (``value_size_hint`` of 64 KiB and up) are fresh bytearrays and small
-        ones whatever redis-py returns."""
+        buffers (the caller trims them in between, see ``LoadBuffers``); otherwise large values
+        (``value_size_hint`` of 64 KiB and up) are fresh bytearrays and small ones whatever redis-py returns."""
         if not keys:
             return []
         if not self.available:
@@ -369,9 +370,6 @@ class KvdClient:
             logger.warning("load refused by server: %s", exc)
             out.extend([None] * (len(keys) - len(out)))
             return out
-        finally:
-            if into is not None:
-                into.trim()
         self._ok()
         return out
 

@@ -176,6 +176,7 @@ class _Settings:
     save_queue_max_bytes: int
     model_id: str
     verify_checksum: bool
+    load_buffer_bytes: int
 
     @classmethod
     def from_config(cls, vllm_config: VllmConfig) -> _Settings:
@@ -208,6 +209,7 @@ class _Settings:
             save_queue_max_bytes=int(extra.get("save_queue_max_mb", 1024)) * 2**20,
             model_id=str(extra.get("model_id") or served or vllm_config.model_config.model),
             verify_checksum=bool(extra.get("verify_checksum", True)),
+            load_buffer_bytes=int(float(extra.get("load_buffer_mb", 256)) * 2**20),
         )
 
 
@@ -569,7 +571,7 @@ class KvdConnector(KVConnectorBase_V1):
             self._side_stream = torch.cuda.Stream(device=first.device)
         # Loads land in buffers kept from one step to the next (pinned on CUDA, so the H2D copies start from the
         # received bytes; pin_memory() of a pinned tensor returns it as is).
-        self._load_buffers = LoadBuffers(self._load_buffer)
+        self._load_buffers = LoadBuffers(self._load_buffer, keep_bytes=self._s.load_buffer_bytes)
         self._load_done: Any = None  # CUDA: the event after the last load's copies out of those buffers
         dtypes = {t.dtype for _, t, _, _ in layers}
         self._dtype = first.dtype if len(dtypes) == 1 else torch.uint8
@@ -649,6 +651,7 @@ class KvdConnector(KVConnectorBase_V1):
         if self._load_done is not None:
             self._load_done.synchronize()  # the last load's H2D copies read these buffers: done before reuse
             self._load_done = None
+        self._load_buffers.trim()  # the last load's buffers past keep_bytes: nothing copies out of them any more
         values = self._client.get_many(
             [self._k(op.key) for _, op in ops], self._hdr + self._payload_bytes, into=self._load_buffers
         )

@@ -85,7 +85,7 @@ def test_get_many_and_put_many(kv_url: str) -> None:
 
 def test_get_many_into_reused_buffers(kv_url: str) -> None:
     # Values land in the caller's buffers, one per position, across MGET batches; a larger value grows its
-    # buffer; a missing key leaves its buffer alone; buffers past keep_bytes are let go after the call.
+    # buffer; a missing key leaves its buffer alone; buffers past keep_bytes are let go when the caller trims.
     c = _client(kv_url, max_batch_bytes=200_000)
     sizes = [70_000, 70_000, 70_000, 70_000, 5]
     items = [(f"in{i}", memoryview(bytes([65 + i]) * n)) for i, n in enumerate(sizes)]
@@ -111,10 +111,14 @@ def test_get_many_into_reused_buffers(kv_url: str) -> None:
 
     small = LoadBuffers(keep_bytes=100_000)
     kept = c.get_many(keys[1:4], value_size_hint=70_000, into=small)
-    assert small.nbytes == 70_002  # the first buffer only; the others went with the call
+    # Every buffer of the call stays until the caller trims: a load past keep_bytes copies out of all of them.
+    assert [bytes(small.backing(i)[:70_000]) for i in range(3)] == [bytes(v) for _, v in items[1:4]]
+    small.trim()
+    assert small.nbytes == 70_002  # the first buffer only; the others went with the trim
     assert [bytes(v) for v in kept] == [bytes(v) for _, v in items[1:4]]  # and what was returned stays valid
     tiny = LoadBuffers(keep_bytes=1000)  # even the first buffer goes when it alone is past the limit
     assert bytes(c.get_many(keys[1:2], value_size_hint=70_000, into=tiny)[0]) == bytes(items[1][1])
+    tiny.trim()
     assert tiny.nbytes == 0
 
 

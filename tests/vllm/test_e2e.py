@@ -105,6 +105,18 @@ def test_prompt_of_whole_chunks_leaves_a_token_to_compute(engine, store: Server,
     assert ph["stats"]["hit_tokens"] == 384  # 512 - one chunk: the last token must be computed
 
 
+def test_load_larger_than_the_kept_load_buffers(engine, store: Server, baseline) -> None:
+    # load_buffer_mb=0 keeps no receive buffer between loads: every load is longer than what is kept, and its
+    # values must stay in place until they are copied into the KV cache (they were once let go before that).
+    res = engine.run(
+        [{"name": "cold", "prompts": [E]}, {"name": "warm", "prompts": [E]}], _conn(store, load_buffer_mb=0)
+    )
+    cold, warm = res["phases"]
+    assert cold["outputs"] == warm["outputs"] == [baseline["E"]]
+    assert warm["stats"]["hit_tokens"] == 384 and warm["stats"]["loaded_chunks"] == 3
+    assert warm["stats"].get("load_errors", 0) == 0
+
+
 def test_hits_survive_a_server_restart(engine, store: Server, baseline) -> None:
     if store.kind != "kvd":
         pytest.skip("redis-server runs without persistence in these tests; restart survival is kvd's feature")
