@@ -17,6 +17,8 @@ numbers are the RAM tier. KV tensors have the CPU backend's layout ``(num_blocks
 * decode: header checks + checksum;
 * scatter: copy into the KV tensors (``index_copy_``).
 
+Gather and scatter are :class:`connectors.paged_kv.PagedKV`'s, the connector's own code.
+
 MB/s are MiB of KV per second.
 """
 
@@ -32,6 +34,7 @@ import torch
 
 from connectors import codec, hashing
 from connectors.client import ClientConfig, KvdClient, LoadBuffers
+from connectors.paged_kv import PagedKV
 from connectors.testing import Server
 
 
@@ -62,10 +65,14 @@ def main() -> None:
     ]
     perm = torch.randperm(num_blocks).tolist()
     chunk_blocks = [perm[i * bpc : (i + 1) * bpc] for i in range(args.chunks)]
-    chunk_shape = (bpc, args.kv_heads, args.block_size, 2 * args.head_size)
-    layer_bytes = bpc * args.kv_heads * args.block_size * 2 * args.head_size * layers[0].element_size()
-    payload = layer_bytes * args.layers
-    value_shape = (args.layers, *chunk_shape)
+    kv = PagedKV(
+        {f"layer{i}": t for i, t in enumerate(layers)},
+        num_blocks=num_blocks,
+        block_size=args.block_size,
+        blocks_per_chunk=bpc,
+    )
+    payload = kv.payload_bytes
+    value_shape = kv.value_shape
     hdr = codec.header_size(len(value_shape))
     total_kv = payload * args.chunks
     print(
@@ -84,7 +91,6 @@ def main() -> None:
     layout_fp = b"P" * 16
     hashes = hashing.chunk_hashes(list(range(args.chunk_size * args.chunks)), args.chunk_size)
     keys = hashing.make_keys("profile", "0" * 16, hashes)
-    idx = [torch.tensor(b, dtype=torch.long) for b in chunk_blocks]
 
     best: dict[str, float] = {}
 
@@ -111,11 +117,7 @@ def main() -> None:
 
         def gather_into(targets: list[torch.Tensor]) -> None:
             for c in range(args.chunks):
-                off = hdr
-                for kv in layers:
-                    out = targets[c][off : off + layer_bytes].view(dtype).view(chunk_shape)
-                    torch.index_select(kv, 0, idx[c], out=out)
-                    off += layer_bytes
+                kv.gather(chunk_blocks[c], targets[c][hdr:])
 
         def gather() -> None:
             gather_into(bufs)
@@ -152,11 +154,7 @@ def main() -> None:
 
         def scatter() -> None:
             for c in range(args.chunks):
-                flat = torch.frombuffer(payloads[c], dtype=torch.uint8)
-                off = 0
-                for kv in layers:
-                    kv.index_copy_(0, idx[c], flat[off : off + layer_bytes].view(dtype).view(chunk_shape))
-                    off += layer_bytes
+                kv.scatter(torch.frombuffer(payloads[c], dtype=torch.uint8), chunk_blocks[c])
 
         timed("memcpy", memcpy)
         timed("gather, new buffers", gather_new)

@@ -47,7 +47,6 @@ import logging
 import queue
 import threading
 import time
-import warnings
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -62,6 +61,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStat
 
 from connectors import codec, hashing
 from connectors.client import ClientConfig, KvdClient, LoadBuffers
+from connectors.paged_kv import PagedKV
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
@@ -74,21 +74,6 @@ if TYPE_CHECKING:
 
 # A logger under "vllm." so that vLLM's logging configuration shows our INFO lines.
 logger = logging.getLogger("vllm.kvd.connector")
-
-# torch.frombuffer warns for read-only buffers (the bytes a GET returns); loads only ever read from them.
-warnings.filterwarnings("ignore", message="The given buffer is not writable")
-
-_TORCH_DTYPE_NAMES = {
-    torch.float32: "float32",
-    torch.float16: "float16",
-    torch.bfloat16: "bfloat16",
-    torch.float64: "float64",
-    torch.uint8: "uint8",
-    torch.int8: "int8",
-}
-for _name in ("float8_e4m3fn", "float8_e5m2"):
-    if hasattr(torch, _name):
-        _TORCH_DTYPE_NAMES[getattr(torch, _name)] = _name
 
 _REPORT_INTERVAL_S = 1.0
 _SAVE_BUFFERS_KEEP = 256 * 2**20  # bytes of sent save buffers kept for reuse
@@ -539,7 +524,7 @@ class KvdConnector(KVConnectorBase_V1):
                 retry_after_s=self._s.retry_after_s,
             )
         )
-        self._layers: list[tuple[str, torch.Tensor, int, int]] = []  # name, tensor, block dim, kernel blocks/block
+        self._kv: PagedKV | None = None  # set by register_kv_caches
         self._load_errors: set[int] = set()
         self._warned_load = False
         self._saves: queue.Queue[Any] = queue.Queue()
@@ -550,8 +535,6 @@ class KvdConnector(KVConnectorBase_V1):
         self._stopping = False
         self._saver = threading.Thread(target=self._save_loop, name="kvd-save", daemon=True)
         self._saver.start()
-        self._cuda = False
-        self._side_stream: Any = None
         self._stats_interval: dict[str, int] = defaultdict(int)
 
     def _k(self, key: str) -> str:
@@ -560,101 +543,47 @@ class KvdConnector(KVConnectorBase_V1):
         return self._rank_prefix0[1] + key[len(self._rank_prefix0[0]) :]
 
     def register_kv_caches(self, kv_caches: dict[str, torch.Tensor]) -> None:
-        layers = []
-        for name, t in kv_caches.items():
-            dim, ratio = self._find_block_dim(t)
-            layers.append((name, t, dim, ratio))
-        self._layers = layers
-        first = layers[0][1]
-        self._cuda = first.is_cuda
-        if self._cuda:
-            self._side_stream = torch.cuda.Stream(device=first.device)
-        # Loads land in buffers kept from one step to the next (pinned on CUDA, so the H2D copies start from the
-        # received bytes; pin_memory() of a pinned tensor returns it as is).
-        self._load_buffers = LoadBuffers(self._load_buffer, keep_bytes=self._s.load_buffer_bytes)
-        self._load_done: Any = None  # CUDA: the event after the last load's copies out of those buffers
-        dtypes = {t.dtype for _, t, _, _ in layers}
-        self._dtype = first.dtype if len(dtypes) == 1 else torch.uint8
-        self._dtype_name = _TORCH_DTYPE_NAMES.get(self._dtype, str(self._dtype).removeprefix("torch."))
-        # Per layer: the shape of one chunk's gathered blocks, and its size in bytes.
-        self._chunk_shapes: list[tuple[int, ...]] = []
-        self._layer_bytes: list[int] = []
-        for _, t, dim, ratio in layers:
-            shape = list(t.shape)
-            shape[dim] = self._blocks_per_chunk * ratio
-            self._chunk_shapes.append(tuple(shape))
-            n = 1
-            for s in shape:
-                n *= s
-            self._layer_bytes.append(n * t.element_size())
-        self._payload_bytes = sum(self._layer_bytes)
-        self._hdr = codec.header_size(1)
-        uniform = len(set(self._chunk_shapes)) == 1 and len(dtypes) == 1
-        itemsize = first.element_size() if uniform else 1
-        self._value_shape = (
-            (len(layers), *self._chunk_shapes[0]) if uniform and len(self._chunk_shapes[0]) < 7 else None
+        kv = PagedKV(
+            kv_caches, num_blocks=self._num_blocks, block_size=self._block_size, blocks_per_chunk=self._blocks_per_chunk
         )
-        if self._value_shape is not None:
-            self._hdr = codec.header_size(len(self._value_shape))
-        else:
-            self._value_shape = (self._payload_bytes // itemsize,)
-        self._itemsize = itemsize
+        self._kv = kv
+        self._hdr = codec.header_size(len(kv.value_shape))
+        self._value_bytes = self._hdr + kv.payload_bytes
+        # Loads land in buffers kept from one step to the next (pinned on CUDA, so the copies to the device start
+        # from the received bytes).
+        self._load_buffers = LoadBuffers(self._load_buffer, keep_bytes=self._s.load_buffer_bytes)
         # Value buffers of sent saves, for the next gathers (a fresh 8 MiB tensor costs a page fault per 4 KiB
         # while the forward thread fills it: 2.3 against 0.7 ms per chunk). The oldest go past _SAVE_BUFFERS_KEEP.
-        value_bytes = self._hdr + self._payload_bytes
-        self._save_buffers: deque[torch.Tensor] = deque(maxlen=max(1, _SAVE_BUFFERS_KEEP // value_bytes))
-        desc = [
-            self._fp,
-            [(n, list(t.shape), list(t.stride()), str(t.dtype), d, r) for n, t, d, r in layers],
-            str(first.device.type),
-        ]
+        self._save_buffers: deque[torch.Tensor] = deque(maxlen=max(1, _SAVE_BUFFERS_KEEP // self._value_bytes))
+        desc = [self._fp, kv.describe(), str(kv.device.type)]
         self._layout_fp = hashlib.blake2b(repr(desc).encode(), digest_size=16).digest()
         logger.info(
             "kvd connector (worker tp%d): %d layers, block dim %d, chunk value %.2f MiB, fingerprint %s, url %s",
             self._tp_rank,
-            len(layers),
-            layers[0][2],
-            (self._hdr + self._payload_bytes) / 2**20,
+            len(kv.layers),
+            kv.layers[0].dim,
+            self._value_bytes / 2**20,
             self._fp,
             self._client._safe_url(),
         )
 
-    def _find_block_dim(self, t: torch.Tensor) -> tuple[int, int]:
-        """The dimension that indexes blocks, and how many tensor blocks make one vLLM block."""
-        nb = self._num_blocks
-        if nb:
-            for d, size in enumerate(t.shape):
-                if size == nb:
-                    return d, 1
-            for d, size in enumerate(t.shape):
-                if size % nb == 0 and size // nb > 1 and self._block_size % (size // nb) == 0:
-                    return d, size // nb
-        # Unknown block count: the CPU and most CUDA layouts put blocks first (or second after a K/V dim of 2).
-        return (1, 1) if t.shape[0] == 2 and t.dim() >= 5 else (0, 1)
-
     def _load_buffer(self, size: int) -> tuple[torch.Tensor, memoryview]:
-        buf = torch.empty(size, dtype=torch.uint8, pin_memory=self._cuda)  # not zeroed: received into before use
+        assert self._kv is not None
+        buf = self._kv.host_buffer(size)  # not zeroed: received into before use
         return buf, memoryview(buf.numpy()).cast("B")
-
-    def _index(self, block_ids: list[int], ratio: int, device: torch.device) -> torch.Tensor:
-        idx = block_ids if ratio == 1 else [b * ratio + k for b in block_ids for k in range(ratio)]
-        return torch.tensor(idx, dtype=torch.long, device=device)
 
     # -- loads ----------------------------------------------------------------------------------------------------
 
     def start_load_kv(self, forward_context: ForwardContext, **kwargs: Any) -> None:
         meta = self._connector_metadata
-        if not isinstance(meta, KvdConnectorMetadata) or not meta.loads or not self._layers:
+        kv = self._kv
+        if not isinstance(meta, KvdConnectorMetadata) or not meta.loads or kv is None:
             return
         start = time.perf_counter()
         ops = [(r.req_id, op) for r in meta.loads for op in r.chunks]
-        if self._load_done is not None:
-            self._load_done.synchronize()  # the last load's H2D copies read these buffers: done before reuse
-            self._load_done = None
-        self._load_buffers.trim()  # the last load's buffers past keep_bytes: nothing copies out of them any more
-        values = self._client.get_many(
-            [self._k(op.key) for _, op in ops], self._hdr + self._payload_bytes, into=self._load_buffers
-        )
+        kv.begin_load()  # the last load's copies are done with the buffers this one is received into
+        self._load_buffers.trim()
+        values = self._client.get_many([self._k(op.key) for _, op in ops], self._value_bytes, into=self._load_buffers)
         loaded_bytes = 0
         loaded_tokens = 0
         loaded_chunks = 0
@@ -672,15 +601,15 @@ class KvdConnector(KVConnectorBase_V1):
                     raise codec.CodecError("missing (evicted, expired or server unreachable)")
                 payload = codec.decode(
                     value,
-                    dtype=self._dtype_name,
-                    shape=self._value_shape,
-                    itemsize=self._itemsize,
+                    dtype=kv.dtype_name,
+                    shape=kv.value_shape,
+                    itemsize=kv.itemsize,
                     layout_fp=self._layout_fp,
                     chunk_hash=op.chunk_hash,
                     verify_checksum=self._s.verify_checksum,
                 )
                 end = len(value)  # the value is the start of load buffer i, its payload the end of the value
-                self._copy_in(self._load_buffers.backing(i)[end - payload.nbytes : end], op)
+                kv.scatter(self._load_buffers.backing(i)[end - payload.nbytes : end], op.block_ids, op.skip_blocks)
             except codec.CodecError as exc:
                 failed_reqs.add(req_id)
                 reasons.append(exc.reason)
@@ -690,10 +619,7 @@ class KvdConnector(KVConnectorBase_V1):
             loaded_chunks += 1
             loaded_bytes += len(value)
             loaded_tokens += (len(op.block_ids) - op.skip_blocks) * self._block_size
-        if self._cuda:
-            torch.cuda.current_stream().wait_stream(self._side_stream)
-            self._load_done = torch.cuda.Event()
-            self._load_done.record(self._side_stream)
+        kv.end_load()
         elapsed_us = int((time.perf_counter() - start) * 1e6)
         STATS.add(
             loaded_chunks=loaded_chunks,
@@ -715,23 +641,6 @@ class KvdConnector(KVConnectorBase_V1):
                 logger.debug("kvd: load failures: %s", reasons)
         logger.debug("kvd: loaded %d tokens (%d bytes) in %d us", loaded_tokens, loaded_bytes, elapsed_us)
 
-    def _copy_in(self, src_all: torch.Tensor, op: ChunkOp) -> None:
-        """Scatter one chunk's payload (bytes in its load buffer) into every layer's blocks."""
-        off = 0
-        for (_, kv, dim, ratio), shape, nbytes in zip(self._layers, self._chunk_shapes, self._layer_bytes, strict=True):
-            src = src_all[off : off + nbytes].view(kv.dtype).view(shape)
-            off += nbytes
-            ids = op.block_ids
-            if op.skip_blocks:
-                src = src.narrow(dim, op.skip_blocks * ratio, (len(ids) - op.skip_blocks) * ratio)
-                ids = ids[op.skip_blocks :]
-            if self._cuda:
-                with torch.cuda.stream(self._side_stream):
-                    staged = src.pin_memory().to(kv.device, non_blocking=True)
-                    kv.index_copy_(dim, self._index(ids, ratio, kv.device), staged)
-            else:
-                kv.index_copy_(dim, self._index(ids, ratio, kv.device), src)
-
     def wait_for_layer_load(self, layer_name: str) -> None:
         # Loads complete (CPU) or are ordered before compute on the stream (CUDA) in start_load_kv.
         return
@@ -750,11 +659,11 @@ class KvdConnector(KVConnectorBase_V1):
 
     def wait_for_save(self) -> None:
         meta = self._connector_metadata
-        if not isinstance(meta, KvdConnectorMetadata) or not meta.saves or not self._layers:
+        if not isinstance(meta, KvdConnectorMetadata) or not meta.saves or self._kv is None:
             self._maybe_worker_report()
             return
         start = time.perf_counter()
-        value_bytes = self._hdr + self._payload_bytes
+        value_bytes = self._value_bytes
         batch: list[tuple[str, bytes, Any, Any]] = []
         dropped = 0
         for r in meta.saves:
@@ -781,27 +690,12 @@ class KvdConnector(KVConnectorBase_V1):
 
     def _gather(self, op: ChunkOp) -> tuple[torch.Tensor, Any]:
         """Copy a chunk's blocks of every layer into one value buffer (payload area; header filled later)."""
+        assert self._kv is not None
         try:
             buf = self._save_buffers.pop()  # sent and done with (the saver returns buffers only after put_many)
         except IndexError:
-            buf = torch.empty(self._hdr + self._payload_bytes, dtype=torch.uint8, pin_memory=self._cuda)
-        off = self._hdr
-        event = None
-        if self._cuda:
-            self._side_stream.wait_stream(torch.cuda.current_stream())
-        for (_, kv, dim, ratio), shape, nbytes in zip(self._layers, self._chunk_shapes, self._layer_bytes, strict=True):
-            dst = buf[off : off + nbytes].view(kv.dtype).view(shape)
-            off += nbytes
-            idx = self._index(op.block_ids, ratio, kv.device)
-            if self._cuda:
-                with torch.cuda.stream(self._side_stream):
-                    dst.copy_(kv.index_select(dim, idx), non_blocking=True)
-            else:
-                torch.index_select(kv, dim, idx, out=dst)
-        if self._cuda:
-            event = torch.cuda.Event()
-            event.record(self._side_stream)
-        return buf, event
+            buf = self._kv.host_buffer(self._value_bytes)
+        return buf, self._kv.gather(op.block_ids, buf[self._hdr :])
 
     def _save_loop(self) -> None:
         while True:
@@ -810,19 +704,19 @@ class KvdConnector(KVConnectorBase_V1):
                 self._idle.set()
                 return
             start = time.perf_counter()
+            kv = self._kv
+            assert kv is not None  # batches come from wait_for_save, after register_kv_caches
             items = []
             for key, chash, buf, event in batch:
                 if event is not None:
                     event.synchronize()
                 mv = memoryview(buf.numpy()).cast("B")
-                codec.seal(
-                    mv, dtype=self._dtype_name, shape=self._value_shape, layout_fp=self._layout_fp, chunk_hash=chash
-                )
+                codec.seal(mv, dtype=kv.dtype_name, shape=kv.value_shape, layout_fp=self._layout_fp, chunk_hash=chash)
                 items.append((key, mv))
             written, nbytes = self._client.put_many(items)
             self._save_buffers.extend(buf for _, _, buf, _ in batch)
             with self._queued_lock:
-                self._queued_bytes -= len(batch) * (self._hdr + self._payload_bytes)
+                self._queued_bytes -= len(batch) * self._value_bytes
             STATS.add(
                 saved_chunks=written,
                 saved_bytes=nbytes,

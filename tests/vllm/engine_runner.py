@@ -54,7 +54,7 @@ def _noise(url: str, prompt: list[int]) -> int:
         if old is None:
             continue
         hdr = codec.read_header(old)
-        payload = torch.randn(hdr.payload_len // conn._itemsize, generator=gen).to(conn._dtype)
+        payload = torch.randn(hdr.payload_len // conn._kv.itemsize, generator=gen).to(conn._kv.dtype)
         value = codec.encode(
             payload.view(torch.uint8).numpy().tobytes(),
             dtype=hdr.dtype,

@@ -1,0 +1,226 @@
+"""A worker's paged KV tensors, read and written one chunk of blocks at a time: the connector's data path.
+
+vLLM hands each worker one KV tensor per attention layer, every one paged into the same blocks. A kvd value is
+one chunk: its blocks of every layer, layer after layer, as raw bytes. This module moves those bytes between the
+tensors and a flat host buffer, and knows nothing of vLLM, kvd or the network, so the same code is checked on a
+CPU in CI and on a GPU where one is lent (``python -m connectors.paged_kv_check``).
+
+* **Layout.** The block dimension is found from the shape: the dimension whose size is the engine's block count
+  (CUDA's ``(2, blocks, block, heads, head)``), or a multiple of it where one vLLM block is several tensor blocks
+  (``ratio``). Blocks are opaque bytes; nothing here depends on which dimension holds K and V.
+* **Save** (``gather``): per layer, ``index_select`` of the chunk's blocks into its slice of the value buffer. On
+  CUDA the selection runs on the device and its result is copied with ``non_blocking`` into pinned host memory,
+  all on a side stream that first waits for the compute stream (the forward that wrote the blocks); the caller
+  waits on the returned event before it reads the buffer, so the forward thread never blocks on the copy.
+* **Load** (``begin_load``, ``scatter`` per chunk, ``end_load``): the received bytes are in pinned host buffers;
+  per layer one ``non_blocking`` copy to the device and ``index_copy_`` into the blocks, on the side stream.
+  ``begin_load`` waits until the last load's copies have read its buffers (they are about to be received into
+  again) and orders the new copies after the compute stream's queued work (the blocks may have just been freed
+  by a request whose forward is still queued); ``end_load`` makes the compute stream wait for the copies, so the
+  forward reads loaded blocks without the host ever waiting for them.
+* **Index tensors** are made once per chunk and ratio, on the stream that uses them: an index made on the
+  compute stream but read on the side stream would be read before its own copy to the device had run.
+
+On CPU every call completes before it returns, and the copies go straight between the KV tensors and the buffers.
+Complexity: O(layers) kernel launches per chunk each way, each moving ``blocks_per_chunk`` blocks of one layer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+DTYPE_NAMES = {
+    torch.float32: "float32",
+    torch.float16: "float16",
+    torch.bfloat16: "bfloat16",
+    torch.float64: "float64",
+    torch.uint8: "uint8",
+    torch.int8: "int8",
+}
+for _name in ("float8_e4m3fn", "float8_e5m2"):
+    if hasattr(torch, _name):
+        DTYPE_NAMES[getattr(torch, _name)] = _name
+
+_MAX_VALUE_DIMS = 6  # codec headers hold up to 7 dims; the layer count takes one
+
+
+@dataclass(frozen=True, slots=True)
+class Layer:
+    """One attention layer's KV tensor and where a chunk of its blocks sits in a value."""
+
+    name: str
+    tensor: torch.Tensor
+    dim: int  # the dimension that indexes blocks
+    ratio: int  # tensor blocks per vLLM block
+    chunk_shape: tuple[int, ...]  # the shape of one chunk's blocks of this layer
+    nbytes: int  # their size
+
+
+def find_block_dim(t: torch.Tensor, num_blocks: int, block_size: int) -> tuple[int, int]:
+    """The dimension of ``t`` that indexes blocks, and how many tensor blocks make one vLLM block."""
+    if num_blocks:
+        for d, size in enumerate(t.shape):
+            if size == num_blocks:
+                return d, 1
+        for d, size in enumerate(t.shape):
+            if size % num_blocks == 0 and size // num_blocks > 1 and block_size % (size // num_blocks) == 0:
+                return d, size // num_blocks
+    # Unknown block count: the CPU and most CUDA layouts put blocks first (or second after a K/V dim of 2).
+    return (1, 1) if t.shape[0] == 2 and t.dim() >= 5 else (0, 1)
+
+
+class PagedKV:
+    """The KV tensors of one worker, seen as chunks of ``blocks_per_chunk`` blocks."""
+
+    def __init__(
+        self, kv_caches: Mapping[str, torch.Tensor], *, num_blocks: int, block_size: int, blocks_per_chunk: int
+    ) -> None:
+        if not kv_caches:
+            raise ValueError("no KV tensors to read or write")
+        layers = []
+        for name, t in kv_caches.items():
+            dim, ratio = find_block_dim(t, num_blocks, block_size)
+            shape = list(t.shape)
+            shape[dim] = blocks_per_chunk * ratio
+            layers.append(Layer(name, t, dim, ratio, tuple(shape), t.element_size() * _prod(shape)))
+        self.layers: list[Layer] = layers
+        first = layers[0].tensor
+        self.device = first.device
+        self.cuda = first.is_cuda
+        self.payload_bytes = sum(layer.nbytes for layer in layers)
+        dtypes = {layer.tensor.dtype for layer in layers}
+        uniform = len(dtypes) == 1 and len({layer.chunk_shape for layer in layers}) == 1
+        self.dtype = first.dtype if len(dtypes) == 1 else torch.uint8
+        self.dtype_name = DTYPE_NAMES.get(self.dtype, str(self.dtype).removeprefix("torch."))
+        self.itemsize = first.element_size() if uniform else 1
+        # The shape a value's payload declares: (layers, *chunk shape) where every layer agrees, else flat.
+        if uniform and len(layers[0].chunk_shape) <= _MAX_VALUE_DIMS:
+            self.value_shape: tuple[int, ...] = (len(layers), *layers[0].chunk_shape)
+        else:
+            self.value_shape = (self.payload_bytes // self.itemsize,)
+        self._side: Any = torch.cuda.Stream(device=self.device) if self.cuda else None
+        self._load_done: Any = None  # CUDA: recorded after the last load's copies out of the host buffers
+
+    def describe(self) -> list[tuple[Any, ...]]:
+        """What the bytes of a value depend on: every layer's name, shape, strides, dtype and block dimension."""
+        return [
+            (x.name, list(x.tensor.shape), list(x.tensor.stride()), str(x.tensor.dtype), x.dim, x.ratio)
+            for x in self.layers
+        ]
+
+    def host_buffer(self, size: int) -> torch.Tensor:
+        """``size`` uninitialised bytes of host memory, pinned on CUDA so that copies to and from it are DMA."""
+        return torch.empty(size, dtype=torch.uint8, pin_memory=self.cuda)
+
+    # -- save -------------------------------------------------------------------------------------------------
+
+    def gather(self, block_ids: Sequence[int], out: torch.Tensor) -> Any:
+        """Copy the chunk ``block_ids`` of every layer into ``out`` (``payload_bytes`` host bytes).
+
+        CPU: done on return; returns None. CUDA: queued after the compute stream's work so far; returns the event
+        after which ``out`` holds the chunk (``out`` must be pinned, or the copy is not asynchronous)."""
+        if out.numel() != self.payload_bytes:
+            raise ValueError(f"a chunk is {self.payload_bytes} bytes, the buffer {out.numel()}")
+        if not self.cuda:
+            self._select_into(block_ids, out)
+            return None
+        self._side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(self._side):
+            # Every layer is selected into one device buffer, which then crosses in one copy rather than one
+            # copy per layer (docs/connector.md, "The CUDA path", has both measured).
+            staging = torch.empty(self.payload_bytes, dtype=torch.uint8, device=self.device)
+            self._select_into(block_ids, staging)
+            out.copy_(staging, non_blocking=True)
+            event = torch.cuda.Event()
+            event.record(self._side)
+        return event  # staging goes back to the allocator as the side stream's: reused only after these copies
+
+    # -- load -------------------------------------------------------------------------------------------------
+
+    def begin_load(self) -> None:
+        """Call before receiving a load into the host buffers the last load copied from."""
+        if not self.cuda:
+            return
+        if self._load_done is not None:
+            self._load_done.synchronize()  # its copies read the buffers that are about to be overwritten
+            self._load_done = None
+        self._side.wait_stream(torch.cuda.current_stream(self.device))
+
+    def scatter(self, payload: torch.Tensor, block_ids: Sequence[int], skip_blocks: int = 0) -> None:
+        """Write a chunk's bytes (``payload_bytes`` host bytes) into the blocks ``block_ids[skip_blocks:]`` of every
+        layer; the first ``skip_blocks`` blocks (already computed locally) are left alone.
+
+        CUDA: queued on the side stream; ``payload`` must stay untouched until the next ``begin_load``."""
+        if payload.numel() != self.payload_bytes:
+            raise ValueError(f"a chunk is {self.payload_bytes} bytes, the payload {payload.numel()}")
+        ids = block_ids[skip_blocks:]
+        if not ids:
+            return
+        if not self.cuda:
+            self._copy_from(payload, ids, skip_blocks)
+            return
+        with torch.cuda.stream(self._side):
+            # The whole value crosses in one copy (DMA from the pinned bytes) rather than one per layer; the
+            # skipped blocks are cut on the device.
+            self._copy_from(payload.to(self.device, non_blocking=True), ids, skip_blocks)
+
+    def end_load(self) -> None:
+        """Call after the last ``scatter`` of a load: the compute stream's next work waits for its copies."""
+        if not self.cuda:
+            return
+        torch.cuda.current_stream(self.device).wait_stream(self._side)
+        self._load_done = torch.cuda.Event()
+        self._load_done.record(self._side)
+
+    # -- helpers ----------------------------------------------------------------------------------------------
+
+    def _views(self, flat: torch.Tensor) -> list[torch.Tensor]:
+        """Each layer's slice of a flat chunk buffer, typed and shaped like that layer's blocks."""
+        out = []
+        off = 0
+        for layer in self.layers:
+            out.append(flat[off : off + layer.nbytes].view(layer.tensor.dtype).view(layer.chunk_shape))
+            off += layer.nbytes
+        return out
+
+    def _select_into(self, block_ids: Sequence[int], flat: torch.Tensor) -> None:
+        """Select the chunk's blocks of every layer into its slice of ``flat`` (on ``flat``'s device)."""
+        indices: dict[int, torch.Tensor] = {}
+        for layer, dst in zip(self.layers, self._views(flat), strict=True):
+            torch.index_select(layer.tensor, layer.dim, self._index(indices, block_ids, layer.ratio), out=dst)
+
+    def _copy_from(self, flat: torch.Tensor, ids: Sequence[int], skip_blocks: int) -> None:
+        """Copy a chunk's bytes (``flat``, on the KV tensors' device) into the blocks ``ids`` of every layer,
+        leaving out the chunk's first ``skip_blocks`` blocks."""
+        indices: dict[int, torch.Tensor] = {}
+        for layer, src in zip(self.layers, self._views(flat), strict=True):
+            if skip_blocks:
+                src = src.narrow(layer.dim, skip_blocks * layer.ratio, len(ids) * layer.ratio)
+            layer.tensor.index_copy_(layer.dim, self._index(indices, ids, layer.ratio), src)
+
+    def _index(self, cache: dict[int, torch.Tensor], block_ids: Sequence[int], ratio: int) -> torch.Tensor:
+        """The tensor-block indices of ``block_ids`` on this device, made once per call and ratio.
+
+        On CUDA they cross from pinned memory with ``non_blocking`` on the current stream (the one that reads
+        them): ``torch.tensor(ids, device="cuda")`` copies from pageable memory and waits for that stream, so the
+        forward thread would wait before each save for the whole forward the side stream waits on."""
+        idx = cache.get(ratio)
+        if idx is None:
+            ids = list(block_ids) if ratio == 1 else [b * ratio + k for b in block_ids for k in range(ratio)]
+            if self.cuda:
+                idx = torch.tensor(ids, dtype=torch.long, pin_memory=True).to(self.device, non_blocking=True)
+            else:
+                idx = torch.tensor(ids, dtype=torch.long)
+            cache[ratio] = idx
+        return idx
+
+
+def _prod(values: Sequence[int]) -> int:
+    n = 1
+    for v in values:
+        n *= v
+    return n

@@ -1,0 +1,42 @@
+"""The connector's data path (connectors/paged_kv.py) checked on this machine's CPU by its own check module, run
+with the vLLM environment's Python (torch lives there) against a real kvd. On a machine with a GPU the same
+module also runs the CUDA cases (stream order, pinned buffers); CI has none, so here they are not collected.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from connectors.testing import engine_env
+
+REPO = Path(__file__).resolve().parents[2]
+
+CPU_CASES = {
+    *(
+        f"round trip {layout} skip={skip}"
+        for layout in ("flash bf16", "cpu fp32", "2 tensor blocks per block", "mixed dtypes")
+        for skip in (0, 1)
+    ),
+    "receive buffers outlive their copies",
+    "load longer than the kept buffers",
+}
+
+
+def test_paged_kv_checks_pass_on_cpu(vllm_python: str, tmp_path: Path) -> None:
+    (tmp_path / "tmp").mkdir()
+    out = tmp_path / "checks.json"
+    proc = subprocess.run(
+        [vllm_python, "-m", "connectors.paged_kv_check", "--device", "cpu", "--json", str(out)],
+        env=engine_env(tmp_path),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    checks = json.loads(out.read_text())["checks"]
+    assert {c["case"] for c in checks} == CPU_CASES
+    assert all(c["ok"] and c["device"] == "cpu" for c in checks), checks
