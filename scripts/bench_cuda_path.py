@@ -1,41 +1,50 @@
-"""Measure the connector's CUDA data path on a GPU: paged-KV gather/scatter, pinned staging, side streams.
+"""Time the connector's CUDA data path (``connectors.paged_kv.PagedKV``) on a GPU, against one plain copy.
 
-Run on a machine with a CUDA GPU (CI never has one; nothing depends on this):
+    python scripts/bench_cuda_path.py [--chunks 8] [--repeat 10] [--json FILE]
 
-    python scripts/bench_cuda_path.py [--layers 32 --kv-heads 8 --head-dim 128 --block-size 16 --chunk 256]
+Needs a CUDA GPU (CI never has one; nothing depends on this). The cache is shaped like Llama-3.1-8B's in bf16:
+32 layers of ``(2, 4096 blocks, 16, 8 KV heads, 128)``, chunk 256 tokens = 32 MiB per value, chunk blocks
+scattered over the cache. Every figure is GB/s of KV payload, and a ratio to the matching ceiling measured in
+the same run (one ``non_blocking`` copy of each value between pinned host memory and the device):
 
-The defaults are Llama-3.1-8B's KV shape in bf16: one 256-token chunk is 32 MiB, the value kvd stores per key.
-It reports, for the same bytes:
+* save: ``PagedKV.gather`` (every layer's ``index_select`` into one device staging buffer, then one copy to
+  pinned memory, on a side stream), and the alternative of a select and a copy per layer;
+* load: ``PagedKV.scatter`` (one copy of the value to the device, then ``index_copy_`` per layer), and the
+  alternative of a copy and an ``index_copy_`` per layer;
+* end to end through a real kvd on loopback (started here, persistence off): gather + pipelined SET; MGET
+  received straight into pinned buffers; the same followed by the scatter (``connectors.paged_kv_check``'s
+  ``load_through``, the connector's own sequence). Their ceiling is one loopback TCP connection moving the same
+  bytes (``sendall`` from host memory, ``recv_into`` pinned memory), measured in the same run.
 
-* ceilings: one contiguous pinned->device and device->pinned copy (the PCIe/NVLink-C2C limit);
-* save: gather a chunk's blocks from every layer's paged cache (``index_select`` on the GPU) into one pinned
-  buffer with non-blocking copies on a side stream (what ``KvdConnector._gather`` does);
-* load, as the connector does it since ``e5ff06b``: the received bytes are in a reused pinned buffer (the
-  connector's ``LoadBuffers``), then per layer a non-blocking H2D on a side stream and ``index_copy_`` into the
-  paged cache;
-* load, as the connector did before: the bytes in pageable memory, ``pin_memory()`` (a copy) per layer, then the
-  same H2D and scatter;
-* load, staged: the received bytes in a reused pinned buffer, one H2D per chunk into a device buffer, then
-  per-layer scatter on the GPU (the alternative to per-layer copies);
-* end to end through a kvd daemon on loopback, if ``--kvd-port`` is given: gather + SET, and GET straight into a
-  pinned buffer (recv_into) + H2D + scatter.
-
-Each figure is GB/s of KV payload and a ratio to the matching ceiling. Correctness is checked: a chunk saved
-and loaded back into other blocks must be bit-identical.
+Round trips are checked bit for bit; ``python -m connectors.paged_kv_check`` checks correctness in depth.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import random
 import socket
 import statistics
+import sys
+import tempfile
+import threading
 import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-def timed(fn, repeat: int) -> float:
-    """Median seconds of ``fn`` (synchronised), after a warm-up."""
+from connectors.client import ClientConfig, KvdClient
+from connectors.paged_kv import PagedKV
+from connectors.paged_kv_check import blocks_of, bytes_of, load_buffers, load_through
+from connectors.testing import Server
+
+
+def _median_s(fn: Callable[[], None], repeat: int) -> float:
     fn()
     torch.cuda.synchronize()
     samples = []
@@ -48,158 +57,184 @@ def timed(fn, repeat: int) -> float:
     return statistics.median(samples)
 
 
-class Resp:
-    """A minimal RESP client: SET from a buffer with sendmsg, GET with recv_into a caller's (pinned) buffer."""
+def _loopback_s(sources: list[memoryview], sinks: list[memoryview], repeat: int) -> float:
+    """Median seconds to move ``sources`` over one loopback TCP connection into ``sinks`` (sendall, recv_into):
+    the least a GET of those bytes can cost on this machine."""
+    listener = socket.create_server(("127.0.0.1", 0))
 
-    def __init__(self, port: int) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port))
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            while conn.recv(1):
+                for v in sources:
+                    conn.sendall(v)
 
-    def _line(self) -> bytes:
-        out = bytearray()
-        while not out.endswith(b"\r\n"):
-            out += self.sock.recv(1)
-        return bytes(out)
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    with socket.create_connection(listener.getsockname()) as client:
 
-    def set(self, key: bytes, value: memoryview) -> None:
-        head = b"*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n" % (len(key), key, len(value))
-        self.sock.sendmsg([head, value, b"\r\n"])
-        assert self._line() == b"+OK\r\n"
+        def once() -> float:
+            start = time.perf_counter()
+            client.sendall(b"x")
+            for sink in sinks:
+                got = 0
+                while got < len(sink):
+                    got += client.recv_into(sink[got:])
+            return time.perf_counter() - start
 
-    def get_into(self, key: bytes, dst: memoryview) -> None:
-        self.sock.sendall(b"*2\r\n$3\r\nGET\r\n$%d\r\n%s\r\n" % (len(key), key))
-        head = self._line()
-        assert head == b"$%d\r\n" % len(dst), head
-        got = 0
-        while got < len(dst):
-            got += self.sock.recv_into(dst[got:])
-        tail = b""
-        while len(tail) < 2:
-            tail += self.sock.recv(2 - len(tail))
+        once()
+        seconds = statistics.median(once() for _ in range(repeat))
+    server.join(timeout=10)
+    listener.close()
+    return seconds
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--layers", type=int, default=32)
-    p.add_argument("--kv-heads", type=int, default=8)
-    p.add_argument("--head-dim", type=int, default=128)
-    p.add_argument("--block-size", type=int, default=16)
-    p.add_argument("--chunk", type=int, default=256, help="tokens per chunk (one kvd value)")
-    p.add_argument("--blocks", type=int, default=4096, help="blocks per layer in the paged cache")
-    p.add_argument("--repeat", type=int, default=20)
-    p.add_argument("--kvd-port", type=int, default=0)
-    a = p.parse_args()
-
+def run_bench(client: KvdClient, chunks: int, repeat: int) -> list[dict[str, Any]]:
     dev = torch.device("cuda")
-    dtype = torch.bfloat16
-    blocks_per_chunk = a.chunk // a.block_size
-    # vLLM's CUDA flash-attention layout: (2, num_blocks, block_size, num_kv_heads, head_dim); blocks on dim 1.
-    caches = [
-        torch.randn(2, a.blocks, a.block_size, a.kv_heads, a.head_dim, device=dev, dtype=dtype) for _ in range(a.layers)
-    ]
-    per_layer = 2 * blocks_per_chunk * a.block_size * a.kv_heads * a.head_dim * 2  # bytes
-    total = per_layer * a.layers
-    print(f"GPU {torch.cuda.get_device_name()}, torch {torch.__version__}")
-    print(f"chunk: {a.chunk} tokens x {a.layers} layers = {total / 2**20:.1f} MiB per value")
+    layers, heads, head, bs, chunk, nb = 32, 8, 128, 16, 256, 4096
+    bpc = chunk // bs
+    caches = {
+        f"model.layers.{i}.attn": torch.randn(2, nb, bs, heads, head, device=dev, dtype=torch.bfloat16)
+        for i in range(layers)
+    }
+    kv = PagedKV(caches, num_blocks=nb, block_size=bs, blocks_per_chunk=bpc)
+    rng = random.Random(3)
+    ids = rng.sample(range(nb), 2 * chunks * bpc)
+    src = [ids[c * bpc : (c + 1) * bpc] for c in range(chunks)]
+    dst = [ids[(chunks + c) * bpc : (chunks + c + 1) * bpc] for c in range(chunks)]
+    total = kv.payload_bytes * chunks
+    host = [kv.host_buffer(kv.payload_bytes) for _ in range(chunks)]
+    flat_dev = torch.empty(kv.payload_bytes, dtype=torch.uint8, device=dev)
+    rows: list[dict[str, Any]] = []
 
-    perm = torch.randperm(a.blocks, device=dev)
-    src_ids, dst_ids = perm[:blocks_per_chunk], perm[blocks_per_chunk : 2 * blocks_per_chunk]  # disjoint
-    side = torch.cuda.Stream()
-    pinned = torch.empty(total, dtype=torch.uint8, pin_memory=True)
-    device_flat = torch.empty(total, dtype=torch.uint8, device=dev)
-    rows: list[tuple[str, float, float]] = []
+    def row(name: str, seconds: float, ceiling: float | None) -> None:
+        rows.append(
+            {"path": name, "GB/s": total / seconds / 1e9, "x ceiling": (ceiling / seconds) if ceiling else None}
+        )
 
-    # ceilings
-    h2d = timed(lambda: device_flat.copy_(pinned, non_blocking=True), a.repeat)
-    d2h = timed(lambda: pinned.copy_(device_flat, non_blocking=True), a.repeat)
-    rows.append(("ceiling H2D (pinned -> device, one copy)", total / h2d, 1.0))
-    rows.append(("ceiling D2H (device -> pinned, one copy)", total / d2h, 1.0))
+    def to_device() -> None:
+        for h in host:
+            flat_dev.copy_(h, non_blocking=True)
 
-    def layer_view(buf: torch.Tensor, i: int) -> torch.Tensor:
-        shape = (2, blocks_per_chunk, a.block_size, a.kv_heads, a.head_dim)
-        return buf[i * per_layer : (i + 1) * per_layer].view(dtype).view(shape)
+    def to_host() -> None:
+        for h in host:
+            h.copy_(flat_dev, non_blocking=True)
 
-    def save() -> None:
+    h2d = _median_s(to_device, repeat)
+    d2h = _median_s(to_host, repeat)
+    row("ceiling: pinned -> device, one copy per value", h2d, None)
+    row("ceiling: device -> pinned, one copy per value", d2h, None)
+
+    def gather() -> None:
+        events = [kv.gather(s, h) for s, h in zip(src, host, strict=True)]
+        for e in events:
+            e.synchronize()
+
+    row("save: PagedKV.gather (select into device staging, one D2H)", _median_s(gather, repeat), d2h)
+
+    def pinned_index(ids: list[int]) -> torch.Tensor:
+        return torch.tensor(ids, dtype=torch.long, pin_memory=True).to(dev, non_blocking=True)
+
+    def gather_per_layer() -> None:
+        side = kv._side
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
-            for i, kv in enumerate(caches):
-                layer_view(pinned, i).copy_(kv.index_select(1, src_ids), non_blocking=True)
+            for s, h in zip(src, host, strict=True):
+                idx = pinned_index(s)
+                off = 0
+                for layer in kv.layers:
+                    out = h[off : off + layer.nbytes].view(layer.tensor.dtype).view(layer.chunk_shape)
+                    out.copy_(layer.tensor.index_select(1, idx), non_blocking=True)
+                    off += layer.nbytes
         side.synchronize()
 
-    t = timed(save, a.repeat)
-    rows.append(("save: gather -> pinned, side stream", total / t, d2h / t))
-    reference = pinned.clone()
+    row("save, alternative: a select and a D2H per layer", _median_s(gather_per_layer, repeat), d2h)
 
-    received = reference.numpy().tobytes()  # what a GET returns in pageable memory
-    staging = torch.empty(total, dtype=torch.uint8, pin_memory=True)
-    staging.copy_(reference)  # as if received into the connector's pinned load buffer
+    def scatter() -> None:
+        kv.begin_load()
+        for d, h in zip(dst, host, strict=True):
+            kv.scatter(h, d)
+        kv.end_load()
 
-    def load_connector() -> None:
+    row("load: PagedKV.scatter (one H2D, index_copy_ on the device)", _median_s(scatter, repeat), h2d)
+
+    def scatter_per_layer() -> None:
+        side = kv._side
+        side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
-            for i, kv in enumerate(caches):
-                staged = layer_view(staging, i).pin_memory().to(dev, non_blocking=True)  # pinned: no copy
-                kv.index_copy_(1, dst_ids, staged)
+            for d, h in zip(dst, host, strict=True):
+                idx = pinned_index(d)
+                off = 0
+                for layer in kv.layers:
+                    src_layer = h[off : off + layer.nbytes].view(layer.tensor.dtype).view(layer.chunk_shape)
+                    layer.tensor.index_copy_(1, idx, src_layer.to(dev, non_blocking=True))
+                    off += layer.nbytes
         torch.cuda.current_stream().wait_stream(side)
 
-    t = timed(load_connector, a.repeat)
-    rows.append(("load: pinned load buffer, H2D + index_copy_ per layer", total / t, h2d / t))
+    row("load, alternative: an H2D and an index_copy_ per layer", _median_s(scatter_per_layer, repeat), h2d)
+    for s, d in zip(src, dst, strict=True):
+        for a, b in zip(blocks_of(kv, s), blocks_of(kv, d), strict=True):
+            assert torch.equal(a, b), "bench round trip mismatch"
 
-    def load_pageable() -> None:
-        src_all = torch.frombuffer(bytearray(received), dtype=torch.uint8)
-        with torch.cuda.stream(side):
-            for i, kv in enumerate(caches):
-                staged = layer_view(src_all, i).pin_memory().to(dev, non_blocking=True)
-                kv.index_copy_(1, dst_ids, staged)
-        torch.cuda.current_stream().wait_stream(side)
+    keys = [f"bench:{c}" for c in range(chunks)]
+    views = [bytes_of(h) for h in host]
 
-    t = timed(load_pageable, a.repeat)
-    rows.append(("load: pageable, pin_memory() per layer + H2D + index_copy_", total / t, h2d / t))
+    def save_e2e() -> None:
+        gather()
+        written, _ = client.put_many(list(zip(keys, views, strict=True)), skip_existing=False)
+        assert written == chunks
 
-    def load_staged() -> None:
-        staging.numpy()[:] = memoryview(received)  # the one CPU copy (a GET can recv_into staging instead)
-        with torch.cuda.stream(side):
-            device_flat.copy_(staging, non_blocking=True)
-            for i, kv in enumerate(caches):
-                kv.index_copy_(1, dst_ids, layer_view(device_flat, i))
-        torch.cuda.current_stream().wait_stream(side)
+    buffers = load_buffers(kv, keep_bytes=2 * total)
+    sinks = [bytes_of(kv.host_buffer(kv.payload_bytes)) for _ in range(chunks)]
+    tcp = _loopback_s(views, sinks, repeat)
+    row("ceiling: loopback TCP, sendall -> recv_into pinned", tcp, None)
+    row("save end to end: gather + SET to kvd", _median_s(save_e2e, repeat), tcp)
 
-    t = timed(load_staged, a.repeat)
-    rows.append(("load: reused pinned staging, one H2D, GPU scatter", total / t, h2d / t))
+    def receive() -> None:
+        buffers.trim()
+        values = client.get_many(keys, kv.payload_bytes, into=buffers)
+        assert all(v is not None for v in values)
 
-    # correctness: what was loaded into dst blocks equals what was saved from src blocks
-    for kv in caches:
-        assert torch.equal(kv.index_select(1, dst_ids), kv.index_select(1, src_ids)), "round trip mismatch"
+    row("load, network only: MGET into pinned buffers", _median_s(receive, repeat), tcp)
 
-    if a.kvd_port:
-        client = Resp(a.kvd_port)
-        key = b"bench:chunk"
-        view = memoryview(pinned.numpy()).cast("B")
+    row(
+        "load end to end: MGET into pinned + scatter",
+        _median_s(lambda: load_through(kv, client, buffers, keys, dst), repeat),
+        tcp,
+    )
+    for s, d in zip(src, dst, strict=True):
+        for a, b in zip(blocks_of(kv, s), blocks_of(kv, d), strict=True):
+            assert torch.equal(a, b), "end-to-end round trip mismatch"
+    return rows
 
-        def e2e_save() -> None:
-            save()
-            client.set(key, view)
 
-        t = timed(e2e_save, a.repeat)
-        rows.append(("end to end save: gather + SET to kvd", total / t, d2h / t))
-        stage_view = memoryview(staging.numpy()).cast("B")
-
-        def e2e_load() -> None:
-            client.get_into(key, stage_view)  # straight into pinned memory: no bounce buffer
-            with torch.cuda.stream(side):
-                device_flat.copy_(staging, non_blocking=True)
-                for i, kv in enumerate(caches):
-                    kv.index_copy_(1, dst_ids, layer_view(device_flat, i))
-            torch.cuda.current_stream().wait_stream(side)
-
-        t = timed(e2e_load, a.repeat)
-        rows.append(("end to end load: GET recv_into pinned + H2D + scatter", total / t, h2d / t))
-        for kv in caches:
-            assert torch.equal(kv.index_select(1, dst_ids), kv.index_select(1, src_ids)), "kvd round trip mismatch"
-
-    print(f"\n{'path':58s} {'GB/s':>8s} {'x ceiling':>10s}")
-    for name, rate, ratio in rows:
-        print(f"{name:58s} {rate / 1e9:8.2f} {ratio:10.2f}")
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--chunks", type=int, default=8, help="values per timed pass")
+    ap.add_argument("--repeat", type=int, default=10)
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        print("bench_cuda_path: no CUDA device", file=sys.stderr)
+        return 1
+    with tempfile.TemporaryDirectory(prefix="kvd-bench-cuda-") as tmp:
+        server = Server(Path(tmp), persistence=False).start()
+        try:
+            client = KvdClient(ClientConfig(url=server.url, timeout_ms=60_000))
+            rows = run_bench(client, args.chunks, args.repeat)
+            client.close()
+        finally:
+            server.stop()
+    gpu = torch.cuda.get_device_name()
+    print(f"{gpu}, torch {torch.__version__}, {server.kind}: {args.chunks} x 32 MiB a pass, median of {args.repeat}")
+    print(f"{'path':58s} {'GB/s':>7s} {'x ceiling':>10s}")
+    for r in rows:
+        ratio = "" if r["x ceiling"] is None else f"{r['x ceiling']:.2f}"
+        print(f"{r['path']:58s} {r['GB/s']:7.2f} {ratio:>10s}")
+    if args.json:
+        args.json.write_text(json.dumps({"gpu": gpu, "torch": torch.__version__, "rows": rows}, indent=1))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
