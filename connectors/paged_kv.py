@@ -9,20 +9,26 @@ CPU in CI and on a GPU where one is lent (``python -m connectors.paged_kv_check`
   (CUDA's ``(2, blocks, block, heads, head)``), or a multiple of it where one vLLM block is several tensor blocks
   (``ratio``). Blocks are opaque bytes; nothing here depends on which dimension holds K and V.
 * **Save** (``gather``): per layer, ``index_select`` of the chunk's blocks into its slice of the value buffer. On
-  CUDA the selection runs on the device and its result is copied with ``non_blocking`` into pinned host memory,
-  all on a side stream that first waits for the compute stream (the forward that wrote the blocks); the caller
-  waits on the returned event before it reads the buffer, so the forward thread never blocks on the copy.
+  CUDA every layer is selected into one device staging buffer, which crosses to pinned host memory in one
+  ``non_blocking`` copy, all on a side stream that first waits for the compute stream (the forward that wrote
+  the blocks); the caller waits on the returned event before it reads the buffer, so the forward thread never
+  blocks on the copy.
 * **Load** (``begin_load``, ``scatter`` per chunk, ``end_load``): the received bytes are in pinned host buffers;
-  per layer one ``non_blocking`` copy to the device and ``index_copy_`` into the blocks, on the side stream.
-  ``begin_load`` waits until the last load's copies have read its buffers (they are about to be received into
-  again) and orders the new copies after the compute stream's queued work (the blocks may have just been freed
-  by a request whose forward is still queued); ``end_load`` makes the compute stream wait for the copies, so the
-  forward reads loaded blocks without the host ever waiting for them.
-* **Index tensors** are made once per chunk and ratio, on the stream that uses them: an index made on the
-  compute stream but read on the side stream would be read before its own copy to the device had run.
+  each value crosses to the device in one ``non_blocking`` copy and is scattered there with ``index_copy_`` per
+  layer, on the side stream. ``begin_load`` waits until the last load's copies have read its buffers (they are
+  about to be received into again) and orders the new copies after the compute stream's queued work (the
+  blocks may have just been freed by a request whose forward is still queued); ``end_load`` makes the compute
+  stream wait for the copies, so the forward reads loaded blocks without the host ever waiting for them.
+* **One copy per value** rather than one per layer: on an H200 1.23x the rate for saves and 1.37x for loads
+  (``scripts/bench_cuda_path.py``; docs/connector.md, "The CUDA path"), for one transient device buffer of a
+  value's size.
+* **Index tensors** are made once per chunk and ratio, on the stream that reads them, from pinned memory with
+  ``non_blocking``: ``torch.tensor(ids, device="cuda")`` copies from pageable memory and waits for its stream,
+  which made the forward thread wait for the whole forward before each save.
 
 On CPU every call completes before it returns, and the copies go straight between the KV tensors and the buffers.
-Complexity: O(layers) kernel launches per chunk each way, each moving ``blocks_per_chunk`` blocks of one layer.
+Complexity: O(layers) kernel launches per chunk each way, each moving ``blocks_per_chunk`` blocks of one layer,
+plus one copy between host and device on CUDA.
 """
 
 from __future__ import annotations

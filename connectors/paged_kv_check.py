@@ -11,8 +11,9 @@ Cases (each on every device asked for; the stream-order cases need CUDA):
 
 * ``round trip <layout> skip=<k>``: gather a chunk from scattered blocks, compare the bytes with an independent
   reference, scatter them into other blocks leaving the first ``k`` alone; every other block is unchanged.
-  Layouts: CUDA flash-attention ``(2, blocks, block, heads, head)`` bf16, the CPU backend's
-  ``(blocks, heads, block, 2*head)`` fp32, one vLLM block as two tensor blocks, and layers of mixed dtypes.
+  Layouts: CUDA flash-attention ``(2, blocks, block, heads, head)`` bf16, the same as a permuted view of an HND
+  cache (not contiguous), the CPU backend's ``(blocks, heads, block, 2*head)`` fp32, one vLLM block as two
+  tensor blocks, and layers of mixed dtypes.
 * ``gather waits for the forward``: the compute stream is busy (``torch.cuda._sleep``), then rewrites the blocks;
   the gather must copy the rewritten bytes.
 * ``load waits for the forward``: the compute stream is busy, then poisons the destination blocks; the load
@@ -65,6 +66,12 @@ def _layouts(device: torch.device) -> dict[str, tuple[dict[str, torch.Tensor], i
     return {
         "flash bf16": ({f"l{i}": rnd(2, nb, bs, 2, 64, dtype=torch.bfloat16) for i in range(3)}, nb, bs),
         "cpu fp32": ({f"l{i}": rnd(nb, 2, bs, 128, dtype=torch.float32) for i in range(3)}, nb, bs),
+        # vLLM's HND cache layout: stored (2, blocks, heads, block, head), handed over as a permuted view.
+        "flash HND view": (
+            {f"l{i}": rnd(2, nb, 2, bs, 64, dtype=torch.bfloat16).permute(0, 1, 3, 2, 4) for i in range(2)},
+            nb,
+            bs,
+        ),
         "2 tensor blocks per block": (
             {f"l{i}": rnd(2, nb * 2, bs // 2, 2, 32, dtype=torch.float16) for i in range(2)},
             nb,
@@ -78,7 +85,7 @@ def _layouts(device: torch.device) -> dict[str, tuple[dict[str, torch.Tensor], i
     }
 
 
-def _tensorblocks_of(block_ids: list[int], ratio: int) -> list[int]:
+def _tensor_block_ids(block_ids: list[int], ratio: int) -> list[int]:
     return [b * ratio + k for b in block_ids for k in range(ratio)]
 
 
@@ -88,7 +95,7 @@ def _reference(kv: PagedKV, block_ids: list[int]) -> torch.Tensor:
     for layer in kv.layers:
         t = layer.tensor.cpu()
         picked = torch.stack(
-            [t.select(layer.dim, b) for b in _tensorblocks_of(block_ids, layer.ratio)], dim=layer.dim
+            [t.select(layer.dim, b) for b in _tensor_block_ids(block_ids, layer.ratio)], dim=layer.dim
         ).contiguous()
         parts.append(picked.view(-1).view(torch.uint8))
     return torch.cat(parts)
@@ -98,7 +105,7 @@ def blocks_of(kv: PagedKV, block_ids: list[int]) -> list[torch.Tensor]:
     """The bytes of ``block_ids`` in every layer (CPU copies)."""
     return [
         layer.tensor.index_select(
-            layer.dim, torch.tensor(_tensorblocks_of(block_ids, layer.ratio), device=kv.device)
+            layer.dim, torch.tensor(_tensor_block_ids(block_ids, layer.ratio), device=kv.device)
         ).cpu()
         for layer in kv.layers
     ]

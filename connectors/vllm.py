@@ -23,11 +23,9 @@ How the work is split (the same split as vLLM's own connectors):
   thread never waits on the network for a save; when the bounded queue is full a save is dropped (a future miss),
   not waited for.
 
-Blocks are copied as opaque bytes along the tensor's block dimension (found from the shape, not assumed), so the
-CPU backend's interleaved K/V layout and CUDA's ``(2, blocks, ...)`` layouts both work. On CUDA, saves gather on
-the device and copy into pinned host buffers with ``non_blocking`` on a side stream (the save thread waits on an
-event); loads are received into pinned buffers kept from step to step and copied on a side stream that the
-compute stream then waits on. On CPU the copies go straight between the KV tensors and the network buffers.
+The copies between the paged KV tensors and host buffers are :class:`connectors.paged_kv.PagedKV`'s (blocks as
+opaque bytes along the block dimension found from the shape; on CUDA a side stream, pinned buffers, one copy
+per value, and the host never waiting for the GPU); that module's docstring has the details.
 
 Failure policy: kvd down, a timeout, an evicted key, or a value that fails any header/checksum check is a miss.
 A chunk that the scheduler promised but the worker could not load is reported through
