@@ -9,19 +9,22 @@ CPU in CI and on a GPU where one is lent (``python -m connectors.paged_kv_check`
   (CUDA's ``(2, blocks, block, heads, head)``), or a multiple of it where one vLLM block is several tensor blocks
   (``ratio``). Blocks are opaque bytes; nothing here depends on which dimension holds K and V.
 * **Save** (``gather``): per layer, ``index_select`` of the chunk's blocks into its slice of the value buffer. On
-  CUDA every layer is selected into one device staging buffer, which crosses to pinned host memory in one
-  ``non_blocking`` copy, all on a side stream that first waits for the compute stream (the forward that wrote
-  the blocks); the caller waits on the returned event before it reads the buffer, so the forward thread never
-  blocks on the copy.
+  CUDA, on the save stream, which first waits for the compute stream (the forward that wrote the blocks): every
+  layer is selected into a device staging buffer, which crosses to pinned host memory in one ``non_blocking``
+  copy. The compute stream's next work waits for the selects alone, since from the next step on the blocks may
+  be another request's; the caller waits on the returned event before it reads the buffer, so neither the
+  forward nor the forward thread waits for the copy.
 * **Load** (``begin_load``, ``scatter`` per chunk, ``end_load``): the received bytes are in pinned host buffers;
-  each value crosses to the device in one ``non_blocking`` copy and is scattered there with ``index_copy_`` per
-  layer, on the side stream. ``begin_load`` waits until the last load's copies have read its buffers (they are
-  about to be received into again) and orders the new copies after the compute stream's queued work (the
-  blocks may have just been freed by a request whose forward is still queued); ``end_load`` makes the compute
-  stream wait for the copies, so the forward reads loaded blocks without the host ever waiting for them.
+  on the load stream each value crosses to a device staging buffer in one ``non_blocking`` copy and is scattered
+  from there with ``index_copy_`` per layer. ``begin_load`` waits until the last load's copies have read its
+  buffers (they are about to be received into again) and orders the new copies after the compute stream's
+  queued work (the blocks may have just been freed by a request whose forward is still queued); ``end_load``
+  makes the compute stream wait for the copies, so the forward reads loaded blocks without the host ever
+  waiting for them. Saves and loads have a stream each: a load never queues behind the last step's saves.
 * **One copy per value** rather than one per layer: on an H200 1.23x the rate for saves and 1.37x for loads
-  (``scripts/bench_cuda_path.py``; docs/connector.md, "The CUDA path"), for one transient device buffer of a
-  value's size.
+  (``scripts/bench_cuda_path.py``; docs/connector.md, "The CUDA path"). The two staging buffers, a value's size
+  each (32 MiB for Llama-3.1-8B in bf16 with 256-token chunks), are taken when the tensors are registered, so
+  device memory vLLM did not budget for is missed at start-up rather than in the middle of a step.
 * **Index tensors** are made once per chunk and ratio, on the stream that reads them, from pinned memory with
   ``non_blocking``: ``torch.tensor(ids, device="cuda")`` copies from pageable memory and waits for its stream,
   which made the forward thread wait for the whole forward before each save.
@@ -33,6 +36,8 @@ plus one copy between host and device on CUDA.
 
 from __future__ import annotations
 
+import mmap
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -108,8 +113,16 @@ class PagedKV:
             self.value_shape: tuple[int, ...] = (len(layers), *layers[0].chunk_shape)
         else:
             self.value_shape = (self.payload_bytes // self.itemsize,)
-        self._side: Any = torch.cuda.Stream(device=self.device) if self.cuda else None
         self._load_done: Any = None  # CUDA: recorded after the last load's copies out of the host buffers
+        if self.cuda:
+            # A stream each, so that a load's copies never queue behind the last step's saves, and a device
+            # staging buffer each, taken now: memory vLLM did not budget for is missed at start-up, not mid-step.
+            self._save_stream: Any = torch.cuda.Stream(device=self.device)
+            self._load_stream: Any = torch.cuda.Stream(device=self.device)
+            self._save_staging = torch.empty(self.payload_bytes, dtype=torch.uint8, device=self.device)
+            self._load_staging = torch.empty(self.payload_bytes, dtype=torch.uint8, device=self.device)
+            self._save_staging.record_stream(self._save_stream)  # freed only after the streams' last copies
+            self._load_staging.record_stream(self._load_stream)
 
     def describe(self) -> list[tuple[Any, ...]]:
         """What the bytes of a value depend on: every layer's name, shape, strides, dtype and block dimension."""
@@ -119,8 +132,10 @@ class PagedKV:
         ]
 
     def host_buffer(self, size: int) -> torch.Tensor:
-        """``size`` uninitialised bytes of host memory, pinned on CUDA so that copies to and from it are DMA."""
-        return torch.empty(size, dtype=torch.uint8, pin_memory=self.cuda)
+        """``size`` bytes of host memory, page-locked on CUDA so that copies to and from it are DMA."""
+        if not self.cuda:
+            return torch.empty(size, dtype=torch.uint8)  # uninitialised
+        return _page_locked(size)
 
     # -- save -------------------------------------------------------------------------------------------------
 
@@ -134,16 +149,21 @@ class PagedKV:
         if not self.cuda:
             self._select_into(block_ids, out)
             return None
-        self._side.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(self._side):
+        compute = torch.cuda.current_stream(self.device)
+        self._save_stream.wait_stream(compute)  # the forward that wrote the blocks
+        with torch.cuda.stream(self._save_stream):
             # Every layer is selected into one device buffer, which then crosses in one copy rather than one
             # copy per layer (docs/connector.md, "The CUDA path", has both measured).
-            staging = torch.empty(self.payload_bytes, dtype=torch.uint8, device=self.device)
-            self._select_into(block_ids, staging)
-            out.copy_(staging, non_blocking=True)
-            event = torch.cuda.Event()
-            event.record(self._side)
-        return event  # staging goes back to the allocator as the side stream's: reused only after these copies
+            self._select_into(block_ids, self._save_staging)
+            selected = torch.cuda.Event()
+            selected.record()
+            out.copy_(self._save_staging, non_blocking=True)
+            done = torch.cuda.Event()
+            done.record()
+        # The blocks may belong to another request from the next step on: its forward writes them only after
+        # they have been read (the copy to the host is not waited for).
+        compute.wait_event(selected)
+        return done
 
     # -- load -------------------------------------------------------------------------------------------------
 
@@ -154,7 +174,7 @@ class PagedKV:
         if self._load_done is not None:
             self._load_done.synchronize()  # its copies read the buffers that are about to be overwritten
             self._load_done = None
-        self._side.wait_stream(torch.cuda.current_stream(self.device))
+        self._load_stream.wait_stream(torch.cuda.current_stream(self.device))
 
     def scatter(self, payload: torch.Tensor, block_ids: Sequence[int], skip_blocks: int = 0) -> None:
         """Write a chunk's bytes (``payload_bytes`` host bytes) into the blocks ``block_ids[skip_blocks:]`` of every
@@ -169,18 +189,19 @@ class PagedKV:
         if not self.cuda:
             self._copy_from(payload, ids, skip_blocks)
             return
-        with torch.cuda.stream(self._side):
+        with torch.cuda.stream(self._load_stream):
             # The whole value crosses in one copy (DMA from the pinned bytes) rather than one per layer; the
             # skipped blocks are cut on the device.
-            self._copy_from(payload.to(self.device, non_blocking=True), ids, skip_blocks)
+            self._load_staging.copy_(payload, non_blocking=True)
+            self._copy_from(self._load_staging, ids, skip_blocks)
 
     def end_load(self) -> None:
         """Call after the last ``scatter`` of a load: the compute stream's next work waits for its copies."""
         if not self.cuda:
             return
-        torch.cuda.current_stream(self.device).wait_stream(self._side)
+        torch.cuda.current_stream(self.device).wait_stream(self._load_stream)
         self._load_done = torch.cuda.Event()
-        self._load_done.record(self._side)
+        self._load_done.record(self._load_stream)
 
     # -- helpers ----------------------------------------------------------------------------------------------
 
@@ -223,6 +244,26 @@ class PagedKV:
                 idx = torch.tensor(ids, dtype=torch.long)
             cache[ratio] = idx
         return idx
+
+
+def _page_locked(size: int) -> torch.Tensor:
+    """``size`` zeroed bytes of host memory, page-locked where they are (``cudaHostRegister``) for as long as any
+    tensor uses them.
+
+    Why not ``torch.empty(..., pin_memory=True)``: torch's pinned allocator rounds every block up to a power of
+    two, and a value is a power of two plus its header, so each buffer took twice its size (32 MiB + 128 B
+    took 64 MiB of locked memory on an H200). Here a private anonymous mapping of whole pages is locked in
+    place; it is unlocked when the mapping goes, which is when the last tensor over it goes. Where the driver
+    refuses, torch's allocator is used after all."""
+    span = max(mmap.PAGESIZE, -(-size // mmap.PAGESIZE) * mmap.PAGESIZE)
+    mapping = mmap.mmap(-1, span, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    buf = torch.frombuffer(mapping, dtype=torch.uint8)  # holds the mapping: it lives as long as any view
+    cudart = torch.cuda.cudart()
+    ptr = buf.data_ptr()
+    if int(cudart.cudaHostRegister(ptr, span, 0)) != 0:
+        return torch.empty(size, dtype=torch.uint8, pin_memory=True)
+    weakref.finalize(mapping, cudart.cudaHostUnregister, ptr)  # runs before the mapping is unmapped
+    return buf[:size]
 
 
 def _prod(values: Sequence[int]) -> int:

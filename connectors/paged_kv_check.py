@@ -18,8 +18,11 @@ Cases (each on every device asked for; the stream-order cases need CUDA):
   the gather must copy the rewritten bytes.
 * ``load waits for the forward``: the compute stream is busy, then poisons the destination blocks; the load
   must land after the poison.
-* ``forward waits for the load``: the side stream is busy before the load's copies; a read queued on the compute
+* ``forward waits for the load``: the load stream is busy before the load's copies; a read queued on the compute
   stream right after ``end_load`` must see the loaded bytes.
+* ``next forward waits for the save's reads``: the save stream is busy before the gather; the next step's forward
+  (a write queued on the compute stream right after ``gather``) must not land before the blocks were read.
+* ``a load does not queue behind saves``: with the save stream busy, a load's copies complete first.
 * ``the host never waits for the GPU``: with the compute stream busy, a save and a load return before it is done
   (the forward thread queues copies; it never waits for them).
 * ``receive buffers outlive their copies``: two loads in a row through kvd into the same pinned buffers while
@@ -38,6 +41,7 @@ import random
 import sys
 import tempfile
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -111,6 +115,11 @@ def blocks_of(kv: PagedKV, block_ids: list[int]) -> list[torch.Tensor]:
     ]
 
 
+def _flat(parts: list[torch.Tensor]) -> torch.Tensor:
+    """The bytes of ``parts``, one after the other, as a value holds them (on the CPU)."""
+    return torch.cat([p.cpu().contiguous().view(-1).view(torch.uint8) for p in parts])
+
+
 def _pick(n_blocks: int, count: int, rng: random.Random) -> tuple[list[int], list[int]]:
     """Two disjoint lists of ``count`` block ids, in scattered order."""
     ids = rng.sample(range(n_blocks), 2 * count)
@@ -177,8 +186,47 @@ def check_gather_waits_for_forward(device: torch.device) -> None:
         layer.tensor.index_copy_(1, idx, new)  # ...and only then writes the blocks the save reads
     buf = kv.host_buffer(kv.payload_bytes)
     kv.gather(src, buf).synchronize()
-    expect = torch.cat([new.cpu().contiguous().view(-1).view(torch.uint8) for new in fresh])
+    expect = _flat(fresh)
     assert torch.equal(buf, expect), "the gather copied the blocks before the forward had written them"
+
+
+def check_forward_waits_for_gather(device: torch.device) -> None:
+    caches, nb, bs = _layouts(device)["flash bf16"]
+    kv = PagedKV(caches, num_blocks=nb, block_size=bs, blocks_per_chunk=4)
+    src, other = _pick(nb, 4, random.Random(13))
+    buf = kv.host_buffer(kv.payload_bytes)
+    expect = _flat(blocks_of(kv, src))
+    idx, other_idx = (torch.tensor(ids, device=device) for ids in (src, other))
+    kv.gather(src, buf).synchronize()  # warm-up, and index_fill_'s kernel loaded on other blocks
+    for layer in kv.layers:
+        layer.tensor.index_fill_(1, other_idx, float("nan"))
+    torch.cuda.synchronize(device)
+    with torch.cuda.stream(kv._save_stream):
+        torch.cuda._sleep(_BUSY_CYCLES)  # the save's selects are slow to start
+    done = kv.gather(src, buf)
+    for layer in kv.layers:  # the next step's forward writes the blocks, now another request's
+        layer.tensor.index_fill_(1, idx, float("nan"))
+    done.synchronize()
+    assert torch.equal(buf, expect), "the next forward overwrote the blocks before the save had read them"
+
+
+def check_load_skips_queued_saves(device: torch.device) -> None:
+    caches, nb, bs = _layouts(device)["flash bf16"]
+    kv = PagedKV(caches, num_blocks=nb, block_size=bs, blocks_per_chunk=4)
+    src, dst = _pick(nb, 4, random.Random(14))
+    buf = kv.host_buffer(kv.payload_bytes)
+    kv.gather(src, buf).synchronize()  # warm-up
+    payload = _host_like(kv, buf)
+    torch.cuda.synchronize(device)
+    kv.gather(src, buf)  # the last step's save...
+    with torch.cuda.stream(kv._save_stream):
+        torch.cuda._sleep(_BUSY_CYCLES)  # ...whose copies to the host are still running
+    kv.begin_load()
+    kv.scatter(payload, dst)
+    kv.end_load()
+    kv.begin_load()  # waits for this load's copies
+    assert not kv._save_stream.query(), "the load's copies waited for the saves queued before them"
+    torch.cuda.synchronize(device)
 
 
 def check_load_waits_for_forward(device: torch.device) -> None:
@@ -187,23 +235,20 @@ def check_load_waits_for_forward(device: torch.device) -> None:
     _, dst = _pick(nb, 4, random.Random(8))
     payload = _host_like(kv, torch.randint(0, 256, (kv.payload_bytes,), dtype=torch.uint8))
     idx = torch.tensor(dst, device=device)
-    # Warm-up: the allocators then hold what the load needs, and index_fill_'s kernel is loaded. A first
-    # allocation or the first launch of a kernel can make the host wait for the GPU (measured on an H200), which
-    # would order the load after the poison with or without the stream wait under test.
-    for layer in kv.layers:
-        layer.tensor.index_fill_(1, idx, float("nan"))
-    kv.begin_load()
-    kv.scatter(payload, dst)
-    kv.end_load()
+    # The first pass warms up: the allocators then hold what the load needs, and index_fill_'s kernel is loaded.
+    # A first allocation or the first launch of a kernel can make the host wait for the GPU (measured on an
+    # H200), which would order the load after the poison with or without the stream wait under test.
+    for busy in (False, True):
+        torch.cuda.synchronize(device)
+        if busy:
+            torch.cuda._sleep(_BUSY_CYCLES)  # a finished request's forward, still queued, last touches these blocks
+        for layer in kv.layers:
+            layer.tensor.index_fill_(1, idx, float("nan"))
+        kv.begin_load()
+        kv.scatter(payload, dst)
+        kv.end_load()
     torch.cuda.synchronize(device)
-    torch.cuda._sleep(_BUSY_CYCLES)  # a finished request's forward, still queued, last touches these blocks
-    for layer in kv.layers:
-        layer.tensor.index_fill_(1, idx, float("nan"))
-    kv.begin_load()
-    kv.scatter(payload, dst)
-    kv.end_load()
-    torch.cuda.synchronize(device)
-    got = torch.cat([b.contiguous().view(-1).view(torch.uint8) for b in blocks_of(kv, dst)])
+    got = _flat(blocks_of(kv, dst))
     assert torch.equal(got, payload.cpu()), "the load landed before the forward queued ahead of it"
 
 
@@ -215,13 +260,13 @@ def check_forward_waits_for_load(device: torch.device) -> None:
     idx = torch.tensor(dst, device=device)
     torch.cuda.synchronize(device)
     kv.begin_load()
-    with torch.cuda.stream(kv._side):
+    with torch.cuda.stream(kv._load_stream):
         torch.cuda._sleep(_BUSY_CYCLES)  # the load's copies are slow to start
     kv.scatter(payload, dst)
     kv.end_load()
     read = [layer.tensor.index_select(1, idx) for layer in kv.layers]  # the forward, queued at once
     torch.cuda.synchronize(device)
-    got = torch.cat([r.cpu().contiguous().view(-1).view(torch.uint8) for r in read])
+    got = _flat(read)
     assert torch.equal(got, payload.cpu()), "the forward read the blocks before the load had written them"
 
 
@@ -274,13 +319,13 @@ def check_receive_buffers_outlive_copies(device: torch.device, client: KvdClient
     buffers = load_buffers(kv, keep_bytes=2**30)
     if kv.cuda:
         torch.cuda.synchronize(device)
-        with torch.cuda.stream(kv._side):
+        with torch.cuda.stream(kv._load_stream):
             torch.cuda._sleep(_BUSY_CYCLES)  # holds back the first load's copies out of the receive buffer
     load_through(kv, client, buffers, ["chk:a"], [first])
     load_through(kv, client, buffers, ["chk:b"], [second])  # received into the buffer the first load copies from
     _sync(kv)
     for ids, data, name in ((first, a, "first"), (second, b, "second")):
-        got = torch.cat([x.contiguous().view(-1).view(torch.uint8) for x in blocks_of(kv, ids)])
+        got = _flat(blocks_of(kv, ids))
         assert torch.equal(got, data), f"the {name} load's blocks hold other bytes"
 
 
@@ -299,32 +344,37 @@ def check_load_longer_than_kept_buffers(device: torch.device, client: KvdClient)
         load_through(kv, client, buffers, keys, dsts)
         _sync(kv)
         for dst, d in zip(dsts, data, strict=True):
-            got = torch.cat([x.contiguous().view(-1).view(torch.uint8) for x in blocks_of(kv, dst)])
+            got = _flat(blocks_of(kv, dst))
             assert torch.equal(got, d), "a value past the kept buffers was let go before it was copied"
     buffers.trim()
     assert buffers.nbytes <= kv.payload_bytes + 64
 
 
+_CUDA_CASES: list[tuple[str, Callable[[torch.device], None]]] = [
+    ("gather waits for the forward", check_gather_waits_for_forward),
+    ("load waits for the forward", check_load_waits_for_forward),
+    ("forward waits for the load", check_forward_waits_for_load),
+    ("next forward waits for the save's reads", check_forward_waits_for_gather),
+    ("a load does not queue behind saves", check_load_skips_queued_saves),
+    ("the host never waits for the GPU", check_host_never_waits),
+]
+_NETWORK_CASES: list[tuple[str, Callable[[torch.device, KvdClient], None]]] = [
+    ("receive buffers outlive their copies", check_receive_buffers_outlive_copies),
+    ("load longer than the kept buffers", check_load_longer_than_kept_buffers),
+]
+
+
 def run_checks(devices: list[torch.device], client: KvdClient) -> list[dict[str, Any]]:
     results = []
     for device in devices:
-        cases: list[tuple[str, Callable[[], None]]] = []
-        for layout in _layouts(torch.device("cpu")):
-            for skip in (0, 1):
-                cases.append(
-                    (f"round trip {layout} skip={skip}", lambda d=device, x=layout, k=skip: check_round_trip(d, x, k))
-                )
+        cases: list[tuple[str, Callable[[], None]]] = [
+            (f"round trip {layout} skip={skip}", partial(check_round_trip, device, layout, skip))
+            for layout in _layouts(torch.device("cpu"))
+            for skip in (0, 1)
+        ]
         if device.type == "cuda":
-            cases.append(("gather waits for the forward", lambda d=device: check_gather_waits_for_forward(d)))
-            cases.append(("load waits for the forward", lambda d=device: check_load_waits_for_forward(d)))
-            cases.append(("forward waits for the load", lambda d=device: check_forward_waits_for_load(d)))
-            cases.append(("the host never waits for the GPU", lambda d=device: check_host_never_waits(d)))
-        cases.append(
-            ("receive buffers outlive their copies", lambda d=device: check_receive_buffers_outlive_copies(d, client))
-        )
-        cases.append(
-            ("load longer than the kept buffers", lambda d=device: check_load_longer_than_kept_buffers(d, client))
-        )
+            cases += [(name, partial(fn, device)) for name, fn in _CUDA_CASES]
+        cases += [(name, partial(fn, device, client)) for name, fn in _NETWORK_CASES]
         for name, fn in cases:
             try:
                 fn()

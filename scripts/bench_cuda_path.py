@@ -136,7 +136,7 @@ def run_bench(client: KvdClient, chunks: int, repeat: int) -> list[dict[str, Any
         return torch.tensor(ids, dtype=torch.long, pin_memory=True).to(dev, non_blocking=True)
 
     def gather_per_layer() -> None:
-        side = kv._side
+        side = kv._save_stream
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             for s, h in zip(src, host, strict=True):
@@ -159,7 +159,7 @@ def run_bench(client: KvdClient, chunks: int, repeat: int) -> list[dict[str, Any
     row("load: PagedKV.scatter (one H2D, index_copy_ on the device)", _median_s(scatter, repeat), h2d)
 
     def scatter_per_layer() -> None:
-        side = kv._side
+        side = kv._load_stream
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             for d, h in zip(dst, host, strict=True):
