@@ -290,6 +290,18 @@ class KvdConnectorMetadata(KVConnectorMetadata):
 
 
 @dataclass
+class _LoadTally:
+    """What one ``start_load_kv`` loaded, and what it could not."""
+
+    chunks: int = 0
+    tokens: int = 0
+    nbytes: int = 0
+    failed: int = 0
+    failed_reqs: set[str] = field(default_factory=set)
+    reasons: list[str] = field(default_factory=list)
+
+
+@dataclass
 class _Tracked:
     """Scheduler-side state of one request."""
 
@@ -580,19 +592,46 @@ class KvdConnector(KVConnectorBase_V1):
         start = time.perf_counter()
         ops = [(r.req_id, op) for r in meta.loads for op in r.chunks]
         kv.begin_load()  # the last load's copies are done with the buffers this one is received into
-        self._load_buffers.trim()
-        values = self._client.get_many([self._k(op.key) for _, op in ops], self._value_bytes, into=self._load_buffers)
-        loaded_bytes = 0
-        loaded_tokens = 0
-        loaded_chunks = 0
-        failed_chunks = 0
-        failed_reqs: set[str] = set()
-        reasons: list[str] = []
+        try:
+            self._load_buffers.trim()
+            values = self._client.get_many(
+                [self._k(op.key) for _, op in ops], self._value_bytes, into=self._load_buffers
+            )
+            tally = self._land(kv, ops, values)
+        finally:
+            # Also after an unexpected error: the forward must wait for the copies already queued, and the next
+            # load must wait for them before it receives into their buffers.
+            kv.end_load()
+        elapsed_us = int((time.perf_counter() - start) * 1e6)
+        STATS.add(
+            loaded_chunks=tally.chunks,
+            loaded_tokens=tally.tokens,
+            loaded_bytes=tally.nbytes,
+            load_us=elapsed_us,
+            load_errors=tally.failed,
+        )
+        if tally.reasons:
+            if not self._warned_load:
+                self._warned_load = True
+                logger.warning(
+                    "kvd: %d chunk(s) of %d request(s) could not be loaded (%s); vLLM recomputes them",
+                    tally.failed,
+                    len(tally.failed_reqs),
+                    tally.reasons[0],
+                )
+            else:
+                logger.debug("kvd: load failures: %s", tally.reasons)
+        logger.debug("kvd: loaded %d tokens (%d bytes) in %d us", tally.tokens, tally.nbytes, elapsed_us)
+
+    def _land(self, kv: PagedKV, ops: list[tuple[str, ChunkOp]], values: list[Any]) -> _LoadTally:
+        """Verify each received value and copy it into its blocks. A value that is missing or fails a check is a
+        load error, and so is every later chunk of its request: vLLM recomputes from the first failed block."""
+        tally = _LoadTally()
         for i, ((req_id, op), value) in enumerate(zip(ops, values, strict=True)):
-            if req_id in failed_reqs:
+            if req_id in tally.failed_reqs:
                 # After a failed chunk the rest of the prefix is recomputed anyway; don't copy it.
                 self._load_errors.update(op.block_ids[op.skip_blocks :])
-                failed_chunks += 1
+                tally.failed += 1
                 continue
             try:
                 if value is None:
@@ -609,35 +648,15 @@ class KvdConnector(KVConnectorBase_V1):
                 end = len(value)  # the value is the start of load buffer i, its payload the end of the value
                 kv.scatter(self._load_buffers.backing(i)[end - payload.nbytes : end], op.block_ids, op.skip_blocks)
             except codec.CodecError as exc:
-                failed_reqs.add(req_id)
-                reasons.append(exc.reason)
+                tally.failed_reqs.add(req_id)
+                tally.reasons.append(exc.reason)
                 self._load_errors.update(op.block_ids[op.skip_blocks :])
-                failed_chunks += 1
+                tally.failed += 1
                 continue
-            loaded_chunks += 1
-            loaded_bytes += len(value)
-            loaded_tokens += (len(op.block_ids) - op.skip_blocks) * self._block_size
-        kv.end_load()
-        elapsed_us = int((time.perf_counter() - start) * 1e6)
-        STATS.add(
-            loaded_chunks=loaded_chunks,
-            loaded_tokens=loaded_tokens,
-            loaded_bytes=loaded_bytes,
-            load_us=elapsed_us,
-            load_errors=failed_chunks,
-        )
-        if reasons:
-            if not self._warned_load:
-                self._warned_load = True
-                logger.warning(
-                    "kvd: %d chunk(s) of %d request(s) could not be loaded (%s); vLLM recomputes them",
-                    failed_chunks,
-                    len(failed_reqs),
-                    reasons[0],
-                )
-            else:
-                logger.debug("kvd: load failures: %s", reasons)
-        logger.debug("kvd: loaded %d tokens (%d bytes) in %d us", loaded_tokens, loaded_bytes, elapsed_us)
+            tally.chunks += 1
+            tally.nbytes += len(value)
+            tally.tokens += (len(op.block_ids) - op.skip_blocks) * self._block_size
+        return tally
 
     def wait_for_layer_load(self, layer_name: str) -> None:
         # Loads complete (CPU) or are ordered before compute on the stream (CUDA) in start_load_kv.
