@@ -123,6 +123,8 @@ class PagedKV:
             self._load_staging = torch.empty(self.payload_bytes, dtype=torch.uint8, device=self.device)
             self._save_staging.record_stream(self._save_stream)  # freed only after the streams' last copies
             self._load_staging.record_stream(self._load_stream)
+            self._save_views = self._views(self._save_staging)  # made once: a view costs as much as a launch
+            self._load_views = self._views(self._load_staging)
 
     def describe(self) -> list[tuple[Any, ...]]:
         """What the bytes of a value depend on: every layer's name, shape, strides, dtype and block dimension."""
@@ -147,14 +149,14 @@ class PagedKV:
         if out.numel() != self.payload_bytes:
             raise ValueError(f"a chunk is {self.payload_bytes} bytes, the buffer {out.numel()}")
         if not self.cuda:
-            self._select_into(block_ids, out)
+            self._select_into(block_ids, self._views(out))
             return None
         compute = torch.cuda.current_stream(self.device)
         self._save_stream.wait_stream(compute)  # the forward that wrote the blocks
         with torch.cuda.stream(self._save_stream):
             # Every layer is selected into one device buffer, which then crosses in one copy rather than one
             # copy per layer (docs/connector.md, "The CUDA path", has both measured).
-            self._select_into(block_ids, self._save_staging)
+            self._select_into(block_ids, self._save_views)
             selected = torch.cuda.Event()
             selected.record()
             out.copy_(self._save_staging, non_blocking=True)
@@ -187,13 +189,13 @@ class PagedKV:
         if not ids:
             return
         if not self.cuda:
-            self._copy_from(payload, ids, skip_blocks)
+            self._copy_from(self._views(payload), ids, skip_blocks)
             return
         with torch.cuda.stream(self._load_stream):
             # The whole value crosses in one copy (DMA from the pinned bytes) rather than one per layer; the
             # skipped blocks are cut on the device.
             self._load_staging.copy_(payload, non_blocking=True)
-            self._copy_from(self._load_staging, ids, skip_blocks)
+            self._copy_from(self._load_views, ids, skip_blocks)
 
     def end_load(self) -> None:
         """Call after the last ``scatter`` of a load: the compute stream's next work waits for its copies."""
@@ -214,17 +216,17 @@ class PagedKV:
             off += layer.nbytes
         return out
 
-    def _select_into(self, block_ids: Sequence[int], flat: torch.Tensor) -> None:
-        """Select the chunk's blocks of every layer into its slice of ``flat`` (on ``flat``'s device)."""
+    def _select_into(self, block_ids: Sequence[int], views: list[torch.Tensor]) -> None:
+        """Select the chunk's blocks of every layer into its view of a value buffer (``_views``)."""
         indices: dict[int, torch.Tensor] = {}
-        for layer, dst in zip(self.layers, self._views(flat), strict=True):
+        for layer, dst in zip(self.layers, views, strict=True):
             torch.index_select(layer.tensor, layer.dim, self._index(indices, block_ids, layer.ratio), out=dst)
 
-    def _copy_from(self, flat: torch.Tensor, ids: Sequence[int], skip_blocks: int) -> None:
-        """Copy a chunk's bytes (``flat``, on the KV tensors' device) into the blocks ``ids`` of every layer,
-        leaving out the chunk's first ``skip_blocks`` blocks."""
+    def _copy_from(self, views: list[torch.Tensor], ids: Sequence[int], skip_blocks: int) -> None:
+        """Copy a chunk's bytes (its view of a value buffer on the KV tensors' device, ``_views``) into the blocks
+        ``ids`` of every layer, leaving out the chunk's first ``skip_blocks`` blocks."""
         indices: dict[int, torch.Tensor] = {}
-        for layer, src in zip(self.layers, self._views(flat), strict=True):
+        for layer, src in zip(self.layers, views, strict=True):
             if skip_blocks:
                 src = src.narrow(layer.dim, skip_blocks * layer.ratio, len(ids) * layer.ratio)
             layer.tensor.index_copy_(layer.dim, self._index(indices, ids, layer.ratio), src)

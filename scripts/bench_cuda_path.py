@@ -89,7 +89,19 @@ def _loopback_s(sources: list[memoryview], sinks: list[memoryview], repeat: int)
     return seconds
 
 
-def run_bench(client: KvdClient, chunks: int, repeat: int) -> list[dict[str, Any]]:
+def _host_us(fn: Callable[[], None], repeat: int) -> float:
+    """Median microseconds the host spends in ``fn`` (the GPU drained between calls): the time to queue work."""
+    samples = []
+    for _ in range(repeat + 1):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - start)
+    torch.cuda.synchronize()
+    return statistics.median(samples[1:]) * 1e6
+
+
+def run_bench(client: KvdClient, chunks: int, repeat: int) -> tuple[list[dict[str, Any]], dict[str, float]]:
     dev = torch.device("cuda")
     layers, heads, head, bs, chunk, nb = 32, 8, 128, 16, 256, 4096
     bpc = chunk // bs
@@ -205,7 +217,17 @@ def run_bench(client: KvdClient, chunks: int, repeat: int) -> list[dict[str, Any
     for s, d in zip(src, dst, strict=True):
         for a, b in zip(blocks_of(kv, s), blocks_of(kv, d), strict=True):
             assert torch.equal(a, b), "end-to-end round trip mismatch"
-    return rows
+
+    def one_load() -> None:
+        kv.begin_load()
+        kv.scatter(host[0], dst[0])
+        kv.end_load()
+
+    host_us = {
+        "save (gather of one value)": _host_us(lambda: kv.gather(src[0], host[0]), repeat),
+        "load (begin_load, scatter of one value, end_load)": _host_us(one_load, repeat),
+    }
+    return rows, host_us
 
 
 def main() -> int:
@@ -221,7 +243,7 @@ def main() -> int:
         server = Server(Path(tmp), persistence=False).start()
         try:
             client = KvdClient(ClientConfig(url=server.url, timeout_ms=60_000))
-            rows = run_bench(client, args.chunks, args.repeat)
+            rows, host_us = run_bench(client, args.chunks, args.repeat)
             client.close()
         finally:
             server.stop()
@@ -231,8 +253,11 @@ def main() -> int:
     for r in rows:
         ratio = "" if r["x ceiling"] is None else f"{r['x ceiling']:.2f}"
         print(f"{r['path']:58s} {r['GB/s']:7.2f} {ratio:>10s}")
+    for name, us in host_us.items():
+        print(f"host time to queue a {name}: {us:.0f} us")
     if args.json:
-        args.json.write_text(json.dumps({"gpu": gpu, "torch": torch.__version__, "rows": rows}, indent=1))
+        out = {"gpu": gpu, "torch": torch.__version__, "rows": rows, "host_us": host_us}
+        args.json.write_text(json.dumps(out, indent=1))
     return 0
 
 
