@@ -27,6 +27,7 @@ Cases (each on every device asked for; the stream-order cases need CUDA):
   (the forward thread queues copies; it never waits for them).
 * ``receive buffers outlive their copies``: two loads in a row through kvd into the same pinned buffers while
   the first one's copies are held back; the second receive must not overwrite bytes the first has not copied.
+  (On the CPU, where a copy is done when ``scatter`` returns, it checks two loads in a row through kvd.)
 * ``load longer than the kept buffers``: a load of more values than ``keep_bytes`` covers; every value stays in
   its buffer until copied.
 
