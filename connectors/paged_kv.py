@@ -182,7 +182,7 @@ class PagedKV:
         """Write a chunk's bytes (``payload_bytes`` host bytes) into the blocks ``block_ids[skip_blocks:]`` of every
         layer; the first ``skip_blocks`` blocks (already computed locally) are left alone.
 
-        CUDA: queued on the side stream; ``payload`` must stay untouched until the next ``begin_load``."""
+        CUDA: queued on the load stream; ``payload`` must stay untouched until the next ``begin_load``."""
         if payload.numel() != self.payload_bytes:
             raise ValueError(f"a chunk is {self.payload_bytes} bytes, the payload {payload.numel()}")
         ids = block_ids[skip_blocks:]
@@ -236,7 +236,7 @@ class PagedKV:
 
         On CUDA they cross from pinned memory with ``non_blocking`` on the current stream (the one that reads
         them): ``torch.tensor(ids, device="cuda")`` copies from pageable memory and waits for that stream, so the
-        forward thread would wait before each save for the whole forward the side stream waits on."""
+        forward thread would wait before each save for the whole forward the save stream waits on."""
         idx = cache.get(ratio)
         if idx is None:
             ids = list(block_ids) if ratio == 1 else [b * ratio + k for b in block_ids for k in range(ratio)]

@@ -24,8 +24,9 @@ How the work is split (the same split as vLLM's own connectors):
   not waited for.
 
 The copies between the paged KV tensors and host buffers are :class:`connectors.paged_kv.PagedKV`'s (blocks as
-opaque bytes along the block dimension found from the shape; on CUDA a side stream, pinned buffers, one copy
-per value, and the host never waiting for the GPU); that module's docstring has the details.
+opaque bytes along the block dimension found from the shape; on CUDA a stream each for saves and loads,
+page-locked host buffers, one copy per value, and the host never waiting for the GPU); that module's docstring
+has the details.
 
 Failure policy: kvd down, a timeout, an evicted key, or a value that fails any header/checksum check is a miss.
 A chunk that the scheduler promised but the worker could not load is reported through
