@@ -580,7 +580,7 @@ class KvdConnector(KVConnectorBase_V1):
 
     def _load_buffer(self, size: int) -> tuple[torch.Tensor, memoryview]:
         assert self._kv is not None
-        buf = self._kv.host_buffer(size)  # not zeroed: received into before use
+        buf = self._kv.host_buffer(size)  # whatever it holds is received over before use
         return buf, memoryview(buf.numpy()).cast("B")
 
     # -- loads ----------------------------------------------------------------------------------------------------
