@@ -5,6 +5,7 @@ Skipped (with the reason) when openssl or a TLS-enabled redis-cli is missing.
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import socket
 import ssl
@@ -168,3 +169,45 @@ def test_plaintext_and_junk_on_the_tls_port(kvd_factory, certs):
     finally:
         stalled.close()
     assert srv.client().ping()
+
+
+async def test_the_tls_port_accepts_once_the_tcp_port_does(certs, monkeypatch):
+    """Every listener is bound before any accepts, so a client that saw PONG on the TCP port is not refused on the
+    TLS port. The resolver is slowed (as a hostname in ``bind`` can make it) to widen the window in which the TCP
+    port used to serve alone; the probe connects to the TCP port until it is accepted, then at once to TLS."""
+    from kvd.config import load_settings
+    from kvd.server import Server
+    from kvd.store.keyspace import Keyspace
+
+    port, tls_port = free_port(), free_port()
+    flags = ["--persistence", "no", "--bind", "localhost", "--port", str(port), "--tls-port", str(tls_port),
+             "--tls-cert-file", str(certs / "server.crt"), "--tls-key-file", str(certs / "server.key"),
+             "--tls-auth-clients", "no"]  # fmt: skip
+    settings = load_settings(None, flags)
+    server = Server(settings, Keyspace(maxmemory=settings.maxmemory, policy=settings.maxmemory_policy))
+    loop = asyncio.get_running_loop()
+    resolve = loop.getaddrinfo
+
+    async def slow_getaddrinfo(*args, **kwargs):
+        await asyncio.sleep(0.3)
+        return await resolve(*args, **kwargs)
+
+    monkeypatch.setattr(loop, "getaddrinfo", slow_getaddrinfo)
+    starting = asyncio.create_task(server.start())
+    try:
+        for _ in range(500):  # bounded: 5 s at 10 ms a probe
+            try:
+                _, writer = await asyncio.open_connection("127.0.0.1", port)
+            except OSError:
+                await asyncio.sleep(0.01)
+                continue
+            writer.close()
+            _, tls_writer = await asyncio.open_connection("127.0.0.1", tls_port)  # refused = the bug
+            tls_writer.close()
+            break
+        else:
+            pytest.fail("the TCP port never accepted")
+        await starting
+    finally:
+        starting.cancel()
+        await server.stop()
