@@ -96,43 +96,41 @@ class Server:
     async def start(self) -> None:
         """Bind every listener, then start accepting on all of them at once.
 
-        ``create_server`` yields to the loop (address resolution runs in an executor), so a listener that
-        served as soon as it was bound would answer on the TCP port while the TLS port was still closed, and
-        a client that took the first PONG as "ready" could be refused on the other port.
+        ``create_server`` yields to the loop while it resolves the address, so a listener that served as soon
+        as it was bound would answer on the TCP port while the TLS port was still closed, and a client that
+        took the first PONG as "ready" could be refused on the other port.
         """
         loop = asyncio.get_running_loop()
         self.loop_name = type(loop).__module__.split(".")[0]
         s = self.settings
-        addresses = list(s.bind)
         if s.port:
-            for address in addresses:
-                server = await loop.create_server(
-                    lambda: Client(self),
-                    host=address,
-                    port=s.port,
-                    backlog=s.tcp_backlog,
-                    reuse_address=True,
-                    start_serving=False,
-                )
-                self._listeners.append(server)
-                self.bound_port = server.sockets[0].getsockname()[1]
+            self.bound_port = (await self._bind(s.port))[0].sockets[0].getsockname()[1]
         if s.tls_port:
-            context = build_tls_context(s)
-            for address in addresses:
-                server = await loop.create_server(
+            await self._bind(s.tls_port, build_tls_context(s))
+        # Each start_serving() listens, then yields once; as tasks of one gather, every listen() runs in the
+        # same loop pass, before the loop polls for its first connection.
+        await asyncio.gather(*(server.start_serving() for server in self._listeners))
+        self._tick = asyncio.create_task(self._background())
+
+    async def _bind(self, port: int, context: ssl.SSLContext | None = None) -> list[asyncio.AbstractServer]:
+        """One listener per ``bind`` address on ``port``, bound and listening only once ``start`` says so."""
+        loop = asyncio.get_running_loop()
+        s = self.settings
+        bound = []
+        for address in s.bind:
+            bound.append(
+                await loop.create_server(
                     lambda: Client(self),
                     host=address,
-                    port=s.tls_port,
+                    port=port,
                     backlog=s.tcp_backlog,
                     ssl=context,
                     reuse_address=True,
                     start_serving=False,
                 )
-                self._listeners.append(server)
-        # Each start_serving() listens, then yields once; as tasks of one gather, every listen() runs in the
-        # same loop pass, before the loop polls for its first connection.
-        await asyncio.gather(*(server.start_serving() for server in self._listeners))
-        self._tick = asyncio.create_task(self._background())
+            )
+        self._listeners += bound
+        return bound
 
     async def serve_until_stopped(self) -> None:
         await self._stopping.wait()
