@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import mmap
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -255,17 +255,32 @@ def _page_locked(size: int) -> torch.Tensor:
     Why not ``torch.empty(..., pin_memory=True)``: torch's pinned allocator rounds every block up to a power of
     two, and a value is a power of two plus its header, so each buffer took twice its size (32 MiB + 128 B
     took 64 MiB of locked memory on an H200). Here a private anonymous mapping of whole pages is locked in
-    place; it is unlocked when the mapping goes, which is when the last tensor over it goes. Where the driver
-    refuses, torch's allocator is used after all."""
+    place (``locked_pages``). Where the driver refuses, torch's allocator is used after all."""
+    cudart = torch.cuda.cudart()
+    buf = locked_pages(size, lambda ptr, n: int(cudart.cudaHostRegister(ptr, n, 0)) == 0, cudart.cudaHostUnregister)
+    return buf if buf is not None else torch.empty(size, dtype=torch.uint8, pin_memory=True)
+
+
+def locked_pages(size: int, lock: Callable[[int, int], bool], unlock: Callable[[int], Any]) -> torch.Tensor | None:
+    """``size`` zeroed bytes over a private mapping of whole pages, ``lock(address, length)``-ed now and
+    ``unlock(address)``-ed once no tensor uses them, while they are still mapped; None where ``lock`` refuses.
+
+    The tensor holds a memoryview of the mapping; the finaliser is keyed on that view and holds the mapping, so
+    the pages are unmapped only after ``unlock`` has run (a finaliser on the mapping itself runs after the
+    ``munmap``)."""
     span = max(mmap.PAGESIZE, -(-size // mmap.PAGESIZE) * mmap.PAGESIZE)
     mapping = mmap.mmap(-1, span, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    buf = torch.frombuffer(mapping, dtype=torch.uint8)  # holds the mapping: it lives as long as any view
-    cudart = torch.cuda.cudart()
+    view = memoryview(mapping)
+    buf = torch.frombuffer(view, dtype=torch.uint8)  # holds the view: it lives as long as any tensor over it
     ptr = buf.data_ptr()
-    if int(cudart.cudaHostRegister(ptr, span, 0)) != 0:
-        return torch.empty(size, dtype=torch.uint8, pin_memory=True)
-    weakref.finalize(mapping, cudart.cudaHostUnregister, ptr)  # runs before the mapping is unmapped
+    if not lock(ptr, span):
+        return None
+    weakref.finalize(view, _unlock_mapped, unlock, ptr, mapping)
     return buf[:size]
+
+
+def _unlock_mapped(unlock: Callable[[int], Any], ptr: int, mapping: mmap.mmap) -> None:
+    unlock(ptr)  # ``mapping`` is this call's argument: still mapped here, unmapped once the call returns
 
 
 def _prod(values: Sequence[int]) -> int:

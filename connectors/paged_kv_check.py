@@ -30,6 +30,8 @@ Cases (each on every device asked for; the stream-order cases need CUDA):
   (On the CPU, where a copy is done when ``scatter`` returns, it checks two loads in a row through kvd.)
 * ``load longer than the kept buffers``: a load of more values than ``keep_bytes`` covers; every value stays in
   its buffer until copied.
+* ``page-locked buffers unlock while mapped`` (CPU run only): the lifetime of the host buffers that CUDA locks
+  in place, with a stand-in for the driver's lock and unlock.
 
 ``scripts/bench_cuda_path.py`` times the same path on a GPU. Exit status 1 if any check fails.
 """
@@ -37,7 +39,9 @@ Cases (each on every device asked for; the stream-order cases need CUDA):
 from __future__ import annotations
 
 import argparse
+import gc
 import json
+import mmap
 import random
 import sys
 import tempfile
@@ -49,7 +53,7 @@ from typing import Any
 import torch
 
 from connectors.client import ClientConfig, KvdClient, LoadBuffers
-from connectors.paged_kv import PagedKV
+from connectors.paged_kv import PagedKV, locked_pages
 from connectors.testing import Server
 
 _BUSY_CYCLES = 200_000_000  # ~0.1 s of one GPU spin: long enough that a missing stream wait shows
@@ -351,6 +355,44 @@ def check_load_longer_than_kept_buffers(device: torch.device, client: KvdClient)
     assert buffers.nbytes <= kv.payload_bytes + 64
 
 
+def _mapped(address: int) -> bool:
+    with open("/proc/self/maps") as f:
+        for line in f:
+            lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+            if lo <= address < hi:
+                return True
+    return False
+
+
+def check_locked_pages_unlock_while_mapped() -> None:
+    """``locked_pages``' lifetime with ``lock``/``unlock`` that record instead of calling the driver (the same
+    function ``_page_locked`` hands ``cudaHostRegister``/``cudaHostUnregister``): unlocked once, after the last
+    tensor over the pages is gone, while the pages are still mapped; unmapped after that."""
+    events: list[tuple[str, int, bool]] = []
+
+    def lock(ptr: int, length: int) -> bool:
+        events.append(("lock", length, _mapped(ptr)))
+        return True
+
+    def unlock(ptr: int) -> None:
+        events.append(("unlock", ptr, _mapped(ptr)))
+
+    buf = locked_pages(5000, lock, unlock)
+    assert buf is not None and buf.numel() == 5000 and not bool(buf.any()), "not 5000 zeroed bytes"
+    ptr = buf.data_ptr()
+    assert events == [("lock", -(-5000 // mmap.PAGESIZE) * mmap.PAGESIZE, True)], events  # whole pages
+    part = buf[100:200]
+    del buf
+    gc.collect()
+    assert len(events) == 1, "unlocked while a tensor still used the pages"
+    part.fill_(7)
+    del part
+    gc.collect()
+    assert events[1:] == [("unlock", ptr, True)], f"unlock ran {events[1:]} (False: after the pages were unmapped)"
+    assert not _mapped(ptr), "the pages stayed mapped after the last tensor and the unlock"
+    assert locked_pages(10, lambda ptr, n: False, lambda ptr: None) is None, "a refused lock must give None"
+
+
 _CUDA_CASES: list[tuple[str, Callable[[torch.device], None]]] = [
     ("gather waits for the forward", check_gather_waits_for_forward),
     ("load waits for the forward", check_load_waits_for_forward),
@@ -373,6 +415,8 @@ def run_checks(devices: list[torch.device], client: KvdClient) -> list[dict[str,
             for layout in _layouts(torch.device("cpu"))
             for skip in (0, 1)
         ]
+        if device.type == "cpu":  # host memory: the same on every machine
+            cases.append(("page-locked buffers unlock while mapped", check_locked_pages_unlock_while_mapped))
         if device.type == "cuda":
             cases += [(name, partial(fn, device)) for name, fn in _CUDA_CASES]
         cases += [(name, partial(fn, device, client)) for name, fn in _NETWORK_CASES]

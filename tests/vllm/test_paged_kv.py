@@ -21,6 +21,7 @@ CPU_CASES = {
     ),
     "receive buffers outlive their copies",
     "load longer than the kept buffers",
+    "page-locked buffers unlock while mapped",
 }
 
 
