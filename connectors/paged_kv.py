@@ -36,6 +36,7 @@ plus one copy between host and device on CUDA.
 
 from __future__ import annotations
 
+import math
 import mmap
 import weakref
 from collections.abc import Callable, Mapping, Sequence
@@ -97,7 +98,7 @@ class PagedKV:
             dim, ratio = find_block_dim(t, num_blocks, block_size)
             shape = list(t.shape)
             shape[dim] = blocks_per_chunk * ratio
-            layers.append(Layer(name, t, dim, ratio, tuple(shape), t.element_size() * _prod(shape)))
+            layers.append(Layer(name, t, dim, ratio, tuple(shape), t.element_size() * math.prod(shape)))
         self.layers: list[Layer] = layers
         first = layers[0].tensor
         self.device = first.device
@@ -281,10 +282,3 @@ def locked_pages(size: int, lock: Callable[[int, int], bool], unlock: Callable[[
 
 def _unlock_mapped(unlock: Callable[[int], Any], ptr: int, mapping: mmap.mmap) -> None:
     unlock(ptr)  # ``mapping`` is this call's argument: still mapped here, unmapped once the call returns
-
-
-def _prod(values: Sequence[int]) -> int:
-    n = 1
-    for v in values:
-        n *= v
-    return n
