@@ -434,6 +434,11 @@ def settings_items(s: Settings) -> list[tuple[str, str]]:
     return [(spec.name, _display(spec, getattr(s, _attr(spec.name)))) for spec in SPECS]
 
 
+def is_setting(key: str) -> bool:
+    """Whether ``key`` names a setting (CONFIG SET checks every name before it changes anything)."""
+    return key.strip().lower() in _BY_NAME
+
+
 def apply_runtime(s: Settings, key: str, value: str) -> Settings:
     """CONFIG SET: a new Settings with ``key`` changed; ConfigError for unknown, start-up-only or bad values.
 

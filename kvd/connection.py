@@ -43,7 +43,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from kvd.commands import COMMANDS
-from kvd.commands.registry import ALIASES, NOAUTH
+from kvd.commands.registry import ALIASES, NOAUTH, subcommand_error
 from kvd.protocol import errors, lowat
 from kvd.protocol.errors import CommandError, DropConnection, ProtocolError
 from kvd.protocol.lowat import ReceiveLowWater
@@ -254,11 +254,11 @@ class Client(asyncio.BufferedProtocol):
             return None
         arity = cmd.arity
         if (arity > 0 and len(argv) != arity) or len(argv) < -arity:
-            if self._multi is not None:
-                self._multi_error = True
-            self.reply.error(errors.wrong_arity(cmd.name))
-            return None
+            return self._refuse(cmd, errors.wrong_arity(cmd.name))
         if self._multi is not None and cmd.name not in _RUN_IN_MULTI:
+            refused = subcommand_error(cmd, argv) if cmd.subcommands and len(argv) > 1 else None
+            if refused is not None:
+                return self._refuse(cmd, refused)
             self._multi.append(argv)
             self.reply.raw(b"+QUEUED\r\n")
             return None
@@ -327,6 +327,18 @@ class Client(asyncio.BufferedProtocol):
         if self._multi is not None:
             self._multi_error = True
         self.reply.error(errors.unknown_command(bytes(argv[0]), argv[1:]))
+        return None
+
+    def _refuse(self, cmd: Any, message: str) -> None:
+        """A command refused before it runs or is queued (Redis's ``rejectCommand``): it makes a transaction
+        fail at EXEC, and a refused EXEC itself discards the transaction (``execCommandAbort``)."""
+        if cmd.name == "exec":
+            self.discard_multi()
+            self.reply.error(f"EXECABORT Transaction discarded because of: {message.removeprefix('ERR ')}")
+            return None
+        if self._multi is not None:
+            self._multi_error = True
+        self.reply.error(message)
         return None
 
     def _command_failed(self, cmd: Any, exc: Exception) -> None:

@@ -27,6 +27,16 @@ def parse_int(raw: bytes | bytearray, message: str = errors.NOT_INTEGER) -> int:
     return value
 
 
+def check_db_index(raw: bytes | bytearray) -> None:
+    """SELECT's and COPY DB's index: Redis reads a C int, then refuses every database but the ones it has;
+    kvd has one, database 0."""
+    index = parse_int(raw)
+    if not -(2**31) <= index < 2**31:  # getIntFromObjectOrReply's words, its grammar included
+        raise CommandError("ERR value is out of range, value must between -2147483648 and 2147483647")
+    if index != 0:
+        raise CommandError(errors.DB_OUT_OF_RANGE)
+
+
 def lower(raw: bytes | bytearray) -> bytes:
     return bytes(raw).lower()
 

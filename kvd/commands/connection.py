@@ -16,7 +16,7 @@ from kvd.protocol import errors
 from kvd.protocol.errors import CommandError
 from kvd.protocol.reply import PONG, Pairs
 
-from .args import lower, parse_int, text
+from .args import check_db_index, lower, parse_int, text
 from .registry import FAST, NOAUTH, command, run_subcommand, subcommand_help
 
 if TYPE_CHECKING:
@@ -102,7 +102,7 @@ def hello(c: Client, argv: list[Any]) -> None:
             name = bytes(argv[i + 1])
             i += 2
         else:
-            raise CommandError(f"ERR Syntax error in HELLO option '{text(argv[i])}'")
+            raise CommandError(f"ERR Syntax error in HELLO option '{errors.c_string(argv[i])}'")
     if auth_pair is not None:
         user, password = auth_pair
         if c.server.settings.requirepass:
@@ -133,8 +133,7 @@ def hello(c: Client, argv: list[Any]) -> None:
 
 @command("select", 2, f"{FAST}", group=G, summary="Changes the selected database.", usage="index")
 def select(c: Client, argv: list[Any]) -> None:
-    if parse_int(argv[1]) != 0:
-        raise CommandError(errors.DB_OUT_OF_RANGE)
+    check_db_index(argv[1])
     c.reply.ok()
 
 
@@ -228,7 +227,7 @@ def client_setinfo(c: Client, argv: list[Any]) -> None:
     attr = lower(argv[2])
     value = bytes(argv[3])
     if attr not in (b"lib-name", b"lib-ver"):
-        raise CommandError(f"ERR Unrecognized option '{text(argv[2])}'")
+        raise CommandError(f"ERR Unrecognized option '{errors.c_string(argv[2])}'")
     _validate_name(value, text(argv[2]))
     if attr == b"lib-name":
         c.lib_name = value

@@ -7,6 +7,7 @@ that existed throughout exactly once, even under concurrent writes. KEYS and SCA
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 from kvd.protocol import errors
@@ -153,8 +154,7 @@ def pexpiretime(c: Client, argv: list[Any]) -> None:
 
 def _expire(c: Client, argv: list[Any], name: str, unit_ms: int, absolute: bool) -> None:
     key = bytes(argv[1])
-    amount = parse_int(argv[2])
-    nx = xx = gt = lt = False
+    nx = xx = gt = lt = False  # the options are checked before the amount, so their errors come first
     for raw in argv[3:]:
         opt = lower(raw)
         if opt == b"nx":
@@ -166,11 +166,12 @@ def _expire(c: Client, argv: list[Any], name: str, unit_ms: int, absolute: bool)
         elif opt == b"lt":
             lt = True
         else:
-            raise CommandError(f"ERR Unsupported option {bytes(raw).decode('utf-8', 'replace')}")
+            raise CommandError(f"ERR Unsupported option {errors.c_string(raw)}")
     if nx and (xx or gt or lt):
         raise CommandError("ERR NX and XX, GT or LT options at the same time are not compatible")
     if gt and lt:
         raise CommandError("ERR GT and LT options at the same time are not compatible")
+    amount = parse_int(argv[2])
     if unit_ms == 1000 and not -(LLONG_MAX // 1000) <= amount <= LLONG_MAX // 1000:
         raise CommandError(errors.invalid_expire(name))
     when = amount * unit_ms
@@ -287,6 +288,23 @@ def keys(c: Client, argv: list[Any]) -> None:
     c.reply.bulk_array(found)
 
 
+_CURSOR = re.compile(rb"(?:[+-]?[0-9]+)?")
+
+
+def _parse_cursor(raw: bytes | bytearray) -> int:
+    """A cursor as Redis reads it (``parseScanCursorOrReply``: ``strtoul`` on a C string): decimal digits with an
+    optional sign, a negative one wrapping modulo 2**64, the empty string as 0; anything else, a leading space
+    or a value past 2**64 - 1 is ``invalid cursor``. kvd's own cursors are plain digits; the rest is accepted
+    so that any cursor Redis takes is taken here too."""
+    text = bytes(raw).split(b"\0", 1)[0]
+    if not _CURSOR.fullmatch(text):
+        raise CommandError(errors.INVALID_CURSOR)
+    value = int(text) if text else 0
+    if abs(value) >= 2**64:
+        raise CommandError(errors.INVALID_CURSOR)
+    return value % 2**64
+
+
 @command(
     "scan",
     -2,
@@ -299,10 +317,7 @@ def keys(c: Client, argv: list[Any]) -> None:
     usage="cursor [MATCH pattern] [COUNT count] [TYPE type]",
 )
 def scan(c: Client, argv: list[Any]) -> None:
-    raw_cursor = bytes(argv[1])
-    if not raw_cursor.isdigit() or int(raw_cursor) >= 2**64:
-        raise CommandError(errors.INVALID_CURSOR)
-    cursor = int(raw_cursor)
+    cursor = _parse_cursor(argv[1])
     pattern: bytes | None = None
     count = 10
     type_filter: bytes | None = None

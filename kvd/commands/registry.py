@@ -99,18 +99,31 @@ def command(
     return register
 
 
-def run_subcommand(c: Client, argv: list[Any], container: str) -> Awaitable[None] | None:
-    """Dispatch ``CONTAINER SUB args...`` (CLIENT, CONFIG, COMMAND) with Redis's errors for a bad sub/arity."""
+def subcommand_error(container: Command, argv: list[Any]) -> str | None:
+    """Redis's error for ``CONTAINER SUB args...`` naming no subcommand or with the wrong count, else None.
+
+    Redis resolves the subcommand before it runs or queues anything, so after MULTI this error is the
+    reply instead of ``+QUEUED`` and EXEC aborts (``commandCheckExistence`` and ``commandCheckArity``)."""
     from kvd.protocol import errors
-    from kvd.protocol.errors import CommandError
 
     sub = bytes(argv[1]).lower().decode("utf-8", "replace")
-    cmd = COMMANDS[container.encode()].subcommands.get(sub)
+    cmd = container.subcommands.get(sub)
     if cmd is None:
-        raise CommandError(errors.unknown_subcommand(bytes(argv[1]), container))
+        return errors.unknown_subcommand(bytes(argv[1]), container.name)
     if (cmd.arity > 0 and len(argv) != cmd.arity) or (cmd.arity < 0 and len(argv) < -cmd.arity):
-        raise CommandError(f"ERR wrong number of arguments for '{container}|{sub}' command")
-    return cmd.handler(c, argv)
+        return f"ERR wrong number of arguments for '{container.name}|{sub}' command"
+    return None
+
+
+def run_subcommand(c: Client, argv: list[Any], container: str) -> Awaitable[None] | None:
+    """Dispatch ``CONTAINER SUB args...`` (CLIENT, CONFIG, COMMAND) with Redis's errors for a bad sub/arity."""
+    from kvd.protocol.errors import CommandError
+
+    parent = COMMANDS[container.encode()]
+    refused = subcommand_error(parent, argv)
+    if refused is not None:
+        raise CommandError(refused)
+    return parent.subcommands[bytes(argv[1]).lower().decode("utf-8", "replace")].handler(c, argv)
 
 
 def subcommand_help(c: Client, container: str) -> None:

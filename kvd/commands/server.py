@@ -121,11 +121,19 @@ def config_get(c: Client, argv: list[Any]) -> None:
     usage="parameter value [parameter value ...]",
 )
 def config_set(c: Client, argv: list[Any]) -> None:
-    if len(argv) % 2 != 0:
-        raise CommandError("ERR wrong number of arguments for 'config|set' command")
+    if len(argv) % 2 != 0:  # a parameter without its value
+        raise CommandError(errors.SYNTAX)
     settings = c.server.settings
-    from kvd.config import apply_runtime
+    from kvd.config import apply_runtime, is_setting
 
+    seen: set[str] = set()
+    for i in range(2, len(argv), 2):  # every name before any value, in order, as Redis's configSetCommand
+        name, given = text(argv[i]).strip().lower(), errors.c_string(argv[i])
+        if not is_setting(name):
+            raise CommandError(f"ERR Unknown option or number of arguments for CONFIG SET - '{given}'")
+        if name in seen:
+            raise CommandError(f"ERR CONFIG SET failed (possibly related to argument '{given}') - duplicate parameter")
+        seen.add(name)
     for i in range(2, len(argv), 2):
         name = text(argv[i]).lower()
         try:

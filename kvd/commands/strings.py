@@ -242,7 +242,8 @@ def getex(c: Client, argv: list[Any]) -> Any:
     i = 2
     while i < len(argv):
         opt = lower(argv[i])
-        if opt in (b"ex", b"px", b"exat", b"pxat") and not unit and not persist and i + 1 < len(argv):
+        # As in Redis, an option may repeat (the last amount wins) but not meet another kind of expiry.
+        if opt in (b"ex", b"px", b"exat", b"pxat") and unit in (b"", opt) and not persist and i + 1 < len(argv):
             unit = opt
             i += 1
             raw = bytes(argv[i])
@@ -251,9 +252,13 @@ def getex(c: Client, argv: list[Any]) -> Any:
         else:
             raise CommandError(errors.SYNTAX)
         i += 1
+    entry = c.keyspace.lookup(key)
+    if entry is None:  # a missing key is a null before its expiry time is even looked at
+        c.reply.null()
+        return None
     expire_at = _expire_at(c, unit, raw, "getex") if unit else 0
     value = c.keyspace.get(key)
-    if value is not None and (unit or persist):
+    if unit or (persist and entry.expire_at):  # PERSIST of a key without a TTL changes (and logs) nothing
         c.keyspace.set_expire(key, expire_at)
     return _reply_value(c, value)
 
@@ -468,4 +473,7 @@ def incrby(c: Client, argv: list[Any]) -> Any:
     usage="key decrement",
 )
 def decrby(c: Client, argv: list[Any]) -> Any:
-    return _incr(c, bytes(argv[1]), -parse_int(argv[2]))
+    decrement = parse_int(argv[2])
+    if decrement == -(2**63):  # its negation is not a 64-bit integer; Redis refuses it before the lookup
+        raise CommandError("ERR decrement would overflow")
+    return _incr(c, bytes(argv[1]), -decrement)

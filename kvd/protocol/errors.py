@@ -75,12 +75,13 @@ def invalid_expire(name: str) -> str:
 
 def unknown_command(name: bytes, args: list[bytes] | list[bytearray]) -> str:
     """Redis's exact text: the name clipped to 128 bytes, then quoted arguments while the list is shorter than
-    128 bytes, each clipped to what is left of those 128 (``commandCheckExistence`` in server.c)."""
+    128 bytes, each clipped to what is left of those 128 (``commandCheckExistence`` in server.c). Redis formats
+    them with ``%s``, so each stops at its first NUL byte."""
     shown = b""
     for arg in args:
         if len(shown) >= 128:
             break
-        shown += b"'" + bytes(arg[: 128 - len(shown)]) + b"' "
+        shown += b"'" + _before_nul(arg)[: 128 - len(shown)] + b"' "
     return f"ERR unknown command '{_clip(name)}', with args beginning with: {_text(shown)}"
 
 
@@ -88,8 +89,19 @@ def unknown_subcommand(sub: bytes, container: str) -> str:
     return f"ERR unknown subcommand '{_clip(sub)}'. Try {container.upper()} HELP."
 
 
+def c_string(raw: bytes | bytearray | memoryview) -> str:
+    """User input as Redis's ``%s`` prints it into an error: up to the first NUL byte."""
+    return _text(_before_nul(raw))
+
+
+def _before_nul(raw: bytes | bytearray | memoryview) -> bytes:
+    raw = bytes(raw)
+    end = raw.find(b"\0")
+    return raw if end < 0 else raw[:end]
+
+
 def _clip(raw: bytes | bytearray) -> str:
-    return _text(bytes(raw[:128]))
+    return _text(_before_nul(raw)[:128])
 
 
 def _text(raw: bytes) -> str:

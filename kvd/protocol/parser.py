@@ -45,7 +45,7 @@ except ImportError:  # pragma: no cover
 
 from kvd.buffers import uninitialized, unpinned_view
 
-from .errors import DropConnection, ProtocolError
+from .errors import DropConnection, ProtocolError, scrub
 from .landing import LANDING_MAX, Template
 from .receive import match_header
 
@@ -471,8 +471,7 @@ class RequestParser:
                     if pos >= end:
                         break
                     if buf[pos] != 36:  # '$'
-                        got = chr(buf[pos]) if 32 <= buf[pos] < 127 else f"\\x{buf[pos]:02x}"
-                        raise ProtocolError(f"expected '$', got '{got}'")
+                        raise ProtocolError(_expected_dollar(buf[pos]))
                     nl = buf.find(b"\r\n", pos, end)
                     if nl < 0:
                         if end - pos > INLINE_MAX:
@@ -643,3 +642,12 @@ def split_inline(line: bytes) -> list[bytes]:
                     current.append(c)
             i += 1
         args.append(bytes(current))
+
+
+def _expected_dollar(byte: int) -> str:
+    """Redis's text for a bulk header that does not start with '$': the byte as it is (``%c``), where a line
+    break becomes a space like any in an error. A NUL is the exception: Redis never answers it (its ``strchr``
+    for the header's CR stops at the NUL, so it waits for more), and kvd shows it as ``\\x00``."""
+    if byte == 0:
+        return "expected '$', got '\\x00'"
+    return f"expected '$', got '{scrub(bytes([byte]).decode('utf-8', 'surrogateescape'))}'"

@@ -51,7 +51,53 @@ ERRORS = [
         [b"HELLO", b"x"], b"-ERR Protocol version is not an integer or out of range\r\n", id="hello-not-integer"
     ),
     pytest.param([b"HELLO", b"3", b"BOGUS"], b"-ERR Syntax error in HELLO option 'BOGUS'\r\n", id="hello-option"),
+    # found by test_differential.py; each checked against redis-server 7.0.15
+    pytest.param([b"DECRBY", b"k", b"-9223372036854775808"], b"-ERR decrement would overflow\r\n", id="decrby-min"),
+    pytest.param([b"EXPIRE", b"k", b"abc", b"FOO"], b"-ERR Unsupported option FOO\r\n", id="expire-option-first"),
+    pytest.param(
+        [b"EXPIRE", b"k", b"abc", b"NX", b"GT"],
+        b"-ERR NX and XX, GT or LT options at the same time are not compatible\r\n",
+        id="expire-options-before-amount",
+    ),
+    pytest.param([b"SCAN", b"-1", b"COUNT"], b"-ERR syntax error\r\n", id="scan-negative-cursor-wraps"),
+    pytest.param([b"SCAN", b" 1"], b"-ERR invalid cursor\r\n", id="scan-cursor-space"),
+    pytest.param([b"SCAN", b"18446744073709551616"], b"-ERR invalid cursor\r\n", id="scan-cursor-range"),
+    pytest.param([b"CONFIG", b"SET", b"a", b"b", b"c"], b"-ERR syntax error\r\n", id="config-set-odd"),
+    pytest.param(
+        [b"CONFIG", b"SET", b"maxmemory", b"1gb", b"no-such", b"1"],
+        b"-ERR Unknown option or number of arguments for CONFIG SET - 'no-such'\r\n",
+        id="config-set-unknown-first",
+    ),
+    pytest.param(
+        [b"CONFIG", b"SET", b"maxmemory", b"1gb", b"MAXMEMORY", b"2gb"],
+        b"-ERR CONFIG SET failed (possibly related to argument 'MAXMEMORY') - duplicate parameter\r\n",
+        id="config-set-duplicate",
+    ),
+    pytest.param(
+        [b"EXEC", b"x"],
+        b"-EXECABORT Transaction discarded because of: wrong number of arguments for 'exec' command\r\n",
+        id="exec-arity",
+    ),
+    pytest.param(
+        [b"foo", b"a\x00b", b"c"],
+        b"-ERR unknown command 'foo', with args beginning with: 'a' 'c' \r\n",
+        id="unknown-nul-arg",
+    ),
 ]
+
+
+def test_getex_follows_redis_order_and_repeats(module_server):
+    """GETEX: a missing key is a null before its amount is checked; the same option may repeat, the last
+    amount winning; two kinds of expiry are a syntax error (all checked against redis-server 7.0.15)."""
+    with module_server.raw() as c:
+        assert c.command("GETEX", "getex:none", "EX", "-1") == b"$-1\r\n"
+        assert c.command("SET", "getex:k", "v") == b"+OK\r\n"
+        assert c.command("GETEX", "getex:k", "EX", "-1") == b"-ERR invalid expire time in 'getex' command\r\n"
+        assert c.command("GETEX", "getex:k", "PX", "1", "PX", "100000000") == b"$1\r\nv\r\n"
+        assert 99_000 <= int(c.command("TTL", "getex:k")[1:-2]) <= 100_000
+        assert c.command("GETEX", "getex:k", "EX", "5", "PX", "5") == b"-ERR syntax error\r\n"
+        assert c.command("GETEX", "getex:k", "PERSIST", "PERSIST") == b"$1\r\nv\r\n"
+        assert c.command("TTL", "getex:k") == b":-1\r\n"
 
 
 @pytest.mark.parametrize(("argv", "expected"), ERRORS)
@@ -110,6 +156,9 @@ PROTOCOL_ERRORS = [
     pytest.param(b"*1\r\n$2000000000\r\n", b"-ERR Protocol error: invalid bulk length\r\n", id="bulk-over-limit"),
     pytest.param(b"*blabla\r\n", b"-ERR Protocol error: invalid multibulk length\r\n", id="nan-multibulk"),
     pytest.param(b"*1\r\nfoo\r\n", b"-ERR Protocol error: expected '$', got 'f'\r\n", id="expected-dollar"),
+    # Redis prints the byte with %c: a line break shows as a space, another byte as itself
+    pytest.param(b"*1\r\n\n\r\n", b"-ERR Protocol error: expected '$', got ' '\r\n", id="expected-dollar-lf"),
+    pytest.param(b"*1\r\n\x01\r\n", b"-ERR Protocol error: expected '$', got '\x01'\r\n", id="expected-dollar-01"),
     pytest.param(b'set "a b\r\n', b"-ERR Protocol error: unbalanced quotes in request\r\n", id="unbalanced-double"),
     pytest.param(b"set 'a b\r\n", b"-ERR Protocol error: unbalanced quotes in request\r\n", id="unbalanced-single"),
 ]

@@ -51,6 +51,30 @@ def test_errors_inside_multi_abort_exec(server):
     assert r.get("k") is None
 
 
+def test_a_bad_subcommand_is_refused_at_queue_time(server):
+    """Redis resolves CLIENT/CONFIG/COMMAND subcommands before queueing: a bad one is an error, not QUEUED."""
+    with server.raw() as c:
+        assert c.command("MULTI") == b"+OK\r\n"
+        assert c.command("CLIENT", "FOO") == b"-ERR unknown subcommand 'FOO'. Try CLIENT HELP.\r\n"
+        assert c.command("CONFIG", "RESETSTAT", "x") == (
+            b"-ERR wrong number of arguments for 'config|resetstat' command\r\n"
+        )
+        assert c.command("CONFIG", "GET", "maxmemory") == b"+QUEUED\r\n"
+        assert c.command("EXEC") == b"-EXECABORT Transaction discarded because of previous errors.\r\n"
+
+
+def test_exec_with_arguments_discards_the_transaction(server):
+    """A refused EXEC aborts the transaction it would have run, as Redis's execCommandAbort does."""
+    with server.raw() as c:
+        assert c.command("MULTI") == b"+OK\r\n"
+        assert c.command("SET", "k", "v") == b"+QUEUED\r\n"
+        assert c.command("EXEC", "now") == (
+            b"-EXECABORT Transaction discarded because of: wrong number of arguments for 'exec' command\r\n"
+        )
+        assert c.command("GET", "k") == b"$-1\r\n"  # not queued: the transaction is gone
+        assert c.command("EXEC") == b"-ERR EXEC without MULTI\r\n"
+
+
 def test_exec_discard_without_multi_and_nesting(server):
     r = server.client()
     with pytest.raises(redis.ResponseError, match="^EXEC without MULTI$"):
@@ -108,6 +132,7 @@ def test_watch_survives_another_watcher_letting_go(server):
     assert writer.get("k") == b"3"
 
 
+@pytest.mark.kvd_only  # the disk tier
 def test_transaction_over_cold_values_reads_them_from_disk(server_factory):
     srv = server_factory("--persistence", "yes", "--maxmemory", "4mb")
     r = srv.client()
