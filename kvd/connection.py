@@ -119,7 +119,7 @@ class Client(asyncio.BufferedProtocol):
         self._write_spans: list[tuple[int, int]] = []  # reply ranges of write commands in _out
         self._multi: list[list[Any]] | None = None  # commands queued since MULTI
         self._multi_error = False  # a queued command was refused: EXEC answers EXECABORT
-        self._watched: dict[bytes, tuple[Any, int]] = {}  # key -> (entry object, deadline) at WATCH
+        self._watched: dict[bytes, int] = {}  # key -> its change count at WATCH (Keyspace.changes)
 
     # -- asyncio protocol callbacks ----------------------------------------------------------------------------
 
@@ -504,9 +504,8 @@ class Client(asyncio.BufferedProtocol):
 
     def watch(self, keys: list[bytes]) -> None:
         for key in keys:
-            if key not in self._watched:
-                entry = self.keyspace.watch(key)
-                self._watched[key] = (entry, entry.expire_at if entry is not None else 0)
+            if key not in self._watched:  # watching a key again keeps the first count, as in Redis
+                self._watched[key] = self.keyspace.watch(key)
 
     def unwatch(self) -> None:
         if self._watched:
@@ -516,10 +515,7 @@ class Client(asyncio.BufferedProtocol):
 
     def exec_multi(self) -> Any:
         queued, aborted = self._multi or [], self._multi_error
-        intact = all(
-            (entry := self.keyspace.lookup(key)) is snapshot and (entry is None or entry.expire_at == deadline)
-            for key, (snapshot, deadline) in self._watched.items()
-        )
+        intact = all(self.keyspace.changes(key) == seen for key, seen in self._watched.items())
         self.discard_multi()
         if aborted:
             self.reply.error("EXECABORT Transaction discarded because of previous errors.")

@@ -5,9 +5,9 @@ even when nobody asks for transactions by name. Commands after MULTI are checked
 with ``+QUEUED``; a bad one makes EXEC answer ``-EXECABORT``. EXEC runs the queue in order with nothing from
 other clients in between, with one exception: a command that reads a value from the disk tier yields the event
 loop while it reads (like any cold GET), so a transaction over cold values is ordered but not isolated from
-writers during that read. WATCH remembers each key's entry object; every write to a watched key replaces it
-(``Keyspace.watched``), so EXEC replies with a null array if any watched key was written, deleted, expired or
-had its TTL changed since.
+writers during that read. WATCH remembers how many times the keyspace had changed each key; every write,
+delete, expiry, eviction or TTL change of a watched key counts one more (``Keyspace.changes``), so EXEC
+replies with a null array if any watched key was changed since, even back to what it was (Redis's dirty flag).
 """
 
 from __future__ import annotations

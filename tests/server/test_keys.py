@@ -155,3 +155,28 @@ def test_randomkey_dbsize_flush(server):
     assert r.dbsize() == 0
     with pytest.raises(redis.ResponseError, match="^syntax error$"):
         r.execute_command("FLUSHALL", "LATER")
+
+
+def test_watch_fails_when_a_key_is_changed_and_changed_back(server):
+    """Redis marks a watching client dirty on any change; comparing states would miss a key that was created
+    and deleted again, or given a TTL and made persistent again, between WATCH and EXEC."""
+    r = server.client()
+    r.set("ttl", "v")
+    for change_and_back in (
+        lambda: (r.set("absent", "x"), r.delete("absent")),
+        lambda: (r.expire("ttl", 100), r.persist("ttl")),
+    ):
+        with r.pipeline() as pipe:
+            pipe.watch("absent", "ttl")
+            change_and_back()
+            pipe.multi()
+            pipe.set("ran", "1")
+            with pytest.raises(redis.WatchError):
+                pipe.execute()
+    assert r.get("ran") is None
+    with r.pipeline() as pipe:  # untouched keys still let EXEC run
+        pipe.watch("absent", "ttl")
+        r.get("ttl")
+        pipe.multi()
+        pipe.set("ran", "1")
+        assert pipe.execute() == [True]
