@@ -1,8 +1,9 @@
 """String commands: SET and its family, GET and its family, ranges and counters (Redis ``t_string.c``).
 
 Values are opaque bytes: KV-cache chunks arrive as bytearrays received in place by the parser and are stored
-without a copy. Commands that derive a new value (APPEND, SETRANGE, INCR) build a new object rather than
-mutating the stored one, because replies and in-flight disk writes may still hold views of it.
+without a copy. Commands that derive a new value (APPEND, INCR) build a new object rather than
+mutating the stored one, because replies and in-flight disk writes may still hold views of it. They read the
+old value through ``with_current`` (``values.py``), so a read from the disk tier never ends in a lost update.
 """
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ from typing import TYPE_CHECKING, Any
 from kvd.protocol import errors
 from kvd.protocol.errors import CommandError
 from kvd.protocol.reply import OK
-from kvd.store.keyspace import now_ms
+from kvd.store.keyspace import Value, now_ms
 
 from .args import LLONG_MAX, lower, parse_int
 from .registry import DENYOOM, FAST, READONLY, WRITE, command
+from .values import with_current
 
 if TYPE_CHECKING:
     from kvd.connection import Client
@@ -398,30 +400,26 @@ def getrange(c: Client, argv: list[Any]) -> Any:
 )
 def append(c: Client, argv: list[Any]) -> Any:
     key = bytes(argv[1])
-    entry = c.keyspace.lookup(key)
-    current = c.keyspace.get(key)
+    suffix = bytes(argv[2])
 
-    def store(old: Any) -> None:
-        new = bytes(old or b"") + bytes(argv[2])
-        c.keyspace.set(key, new, entry.expire_at if entry is not None else 0)
+    def store(old: Value | None, deadline: int) -> None:
+        new = bytes(old if old is not None else b"") + suffix
+        c.keyspace.set(key, new, deadline)
         c.reply.integer(len(new))
 
-    return _then(current, store)
+    return with_current(c, key, store)
 
 
 def _incr(c: Client, key: bytes, delta: int) -> Any:
-    entry = c.keyspace.lookup(key)
-    current = c.keyspace.get(key)
-
-    def store(old: Any) -> None:
+    def store(old: Value | None, deadline: int) -> None:
         base = parse_int(old) if old is not None else 0
         new = base + delta
         if not -(2**63) <= new <= LLONG_MAX:
             raise CommandError("ERR increment or decrement would overflow")
-        c.keyspace.set(key, b"%d" % new, entry.expire_at if entry is not None else 0)
+        c.keyspace.set(key, b"%d" % new, deadline)
         c.reply.integer(new)
 
-    return _then(current, store)
+    return with_current(c, key, store)
 
 
 @command(

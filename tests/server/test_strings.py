@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
 import redis
+from support.raw import encode
 
 
 def test_set_get_roundtrip_binary(server):
@@ -186,3 +188,35 @@ def test_repeated_large_sets_land_whole_and_read_back_intact(server_factory, per
     keys = list(expected)
     assert r.mget(keys) == [expected[k] for k in keys]
     assert r.dbsize() == len(expected)
+
+
+@pytest.mark.kvd_only  # the disk tier
+@pytest.mark.parametrize(
+    ("request_", "results"),
+    [
+        (["APPEND", "c", "+"], {b"new", b"new+"}),
+        (["INCR", "c"], {b"100", b"101"}),
+    ],
+    ids=["append", "incr"],
+)
+def test_a_write_during_a_cold_read_is_not_lost(server_factory, request_, results):
+    """APPEND and INCR read the old value first; when it is on disk, other clients run while it is
+    read. A SET that lands then must survive: the result is the SET's value, or the command applied to it,
+    never the command applied to the value from before the SET (a lost update, which Redis cannot have)."""
+    srv = server_factory("--persistence", "yes", "--maxmemory", "4mb")
+    r = srv.client()
+    filler = {f"fill{i}": os.urandom(1 << 20) for i in range(8)}
+    new = b"new" if request_[0] == "APPEND" else b"100"
+    cold_rounds = 0
+    with srv.raw() as a, srv.raw() as b:
+        for _ in range(30):
+            r.set("c", "7")
+            r.mset(filler)  # pushes "c" out of RAM: it is the least recently used
+            hits = r.info("kvd")["disk_hits"]
+            a.send(encode(*request_))
+            b.send(encode("SET", "c", new))
+            a.read_reply()
+            assert b.read_reply() == b"+OK\r\n"
+            cold_rounds += r.info("kvd")["disk_hits"] > hits
+            assert r.get("c") in results
+    assert cold_rounds >= 10  # the command did read "c" from disk
