@@ -13,10 +13,11 @@ from typing import TYPE_CHECKING, Any
 from kvd.protocol import errors
 from kvd.protocol.errors import CommandError
 from kvd.store.glob import glob_match
-from kvd.store.keyspace import now_ms
+from kvd.store.keyspace import Value, now_ms
 
-from .args import LLONG_MAX, lower, parse_int
-from .registry import FAST, READONLY, WRITE, command
+from .args import LLONG_MAX, check_db_index, lower, parse_int
+from .registry import DENYOOM, FAST, READONLY, WRITE, command
+from .values import with_current
 
 if TYPE_CHECKING:
     from kvd.connection import Client
@@ -82,6 +83,114 @@ def exists(c: Client, argv: list[Any]) -> None:
 )
 def type_(c: Client, argv: list[Any]) -> None:
     c.reply.raw(b"+string\r\n" if c.keyspace.lookup(bytes(argv[1])) is not None else b"+none\r\n")
+
+
+@command(
+    "touch",
+    -2,
+    f"{READONLY} {FAST}",
+    (1, -1, 1),
+    group=G,
+    since="3.2.1",
+    complexity="O(N)",
+    summary="Returns the number of existing keys out of those specified after updating the time they were last "
+    "accessed.",
+    usage="key [key ...]",
+)
+def touch(c: Client, argv: list[Any]) -> None:
+    # A connector can keep the chunks of a prefix it is about to reuse from being the next ones demoted.
+    c.reply.integer(sum(c.keyspace.touch(bytes(k)) for k in argv[1:]))
+
+
+def _rename(c: Client, argv: list[Any], nx: bool) -> Any:
+    src, dst = bytes(argv[1]), bytes(argv[2])
+    ks = c.keyspace
+    if src == dst:  # nothing moves, but a missing key is still an error
+        if ks.lookup(src) is None:
+            raise CommandError(errors.NO_SUCH_KEY)
+        c.reply.integer(0) if nx else c.reply.ok()
+        return None
+
+    def move(value: Value | None, deadline: int) -> None:
+        if value is None:
+            raise CommandError(errors.NO_SUCH_KEY)
+        if nx and ks.lookup(dst) is not None:
+            c.reply.integer(0)
+            return
+        # The new key's record goes to the log before the old key's delete: a crash between the two leaves
+        # both keys, never neither. The value object itself moves; nothing is copied in memory.
+        ks.set(dst, value, deadline, check_room=False)
+        ks.delete(src)
+        c.reply.integer(1) if nx else c.reply.ok()
+
+    return with_current(c, src, move)
+
+
+@command(
+    "rename",
+    3,
+    WRITE,
+    (1, 2, 1),
+    group=G,
+    summary="Renames a key and overwrites the destination.",
+    usage="key newkey",
+)
+def rename(c: Client, argv: list[Any]) -> Any:
+    return _rename(c, argv, nx=False)
+
+
+@command(
+    "renamenx",
+    3,
+    f"{WRITE} {FAST}",
+    (1, 2, 1),
+    group=G,
+    summary="Renames a key only when the target key name doesn't exist.",
+    usage="key newkey",
+)
+def renamenx(c: Client, argv: list[Any]) -> Any:
+    return _rename(c, argv, nx=True)
+
+
+@command(
+    "copy",
+    -3,
+    f"{WRITE} {DENYOOM}",
+    (1, 2, 1),
+    group=G,
+    since="6.2.0",
+    complexity="O(N) worst case for collections, where N is the number of nested items. O(1) for string values.",
+    summary="Copies the value of a key to a new key.",
+    usage="source destination [DB destination-db] [REPLACE]",
+)
+def copy(c: Client, argv: list[Any]) -> Any:
+    src, dst = bytes(argv[1]), bytes(argv[2])
+    replace = False
+    i = 3
+    while i < len(argv):
+        opt = lower(argv[i])
+        if opt == b"replace":
+            replace = True
+        elif opt == b"db" and i + 1 < len(argv):
+            check_db_index(argv[i + 1])
+            i += 1
+        else:
+            raise CommandError(errors.SYNTAX)
+        i += 1
+    if src == dst:
+        raise CommandError(errors.SAME_OBJECT)
+    ks = c.keyspace
+
+    def copy_to(value: Value | None, deadline: int) -> None:
+        if value is None or (not replace and ks.lookup(dst) is not None):
+            c.reply.integer(0)
+            return
+        # Values are never changed in place (commands that derive one build a new object), so both keys can
+        # hold the same object; the RAM tier charges it to each, as if it were copied.
+        ks.set(dst, value, deadline)
+        c.reply.integer(1)
+
+    return with_current(c, src, copy_to)
 
 
 def _ttl(c: Client, argv: list[Any], ms: bool, absolute: bool = False) -> None:

@@ -1,7 +1,7 @@
 """String commands: SET and its family, GET and its family, ranges and counters (Redis ``t_string.c``).
 
 Values are opaque bytes: KV-cache chunks arrive as bytearrays received in place by the parser and are stored
-without a copy. Commands that derive a new value (APPEND, INCR) build a new object rather than
+without a copy. Commands that derive a new value (APPEND, SETRANGE, INCR) build a new object rather than
 mutating the stored one, because replies and in-flight disk writes may still hold views of it. They read the
 old value through ``with_current`` (``values.py``), so a read from the disk tier never ends in a lost update.
 """
@@ -389,6 +389,21 @@ def getrange(c: Client, argv: list[Any]) -> Any:
 
 
 @command(
+    "substr",
+    4,
+    READONLY,
+    (1, 1, 1),
+    group=G,
+    since="1.0.0",
+    complexity="O(N)",
+    summary="Returns a substring from a string value (GETRANGE's name before Redis 2.0).",
+    usage="key start end",
+)
+def substr(c: Client, argv: list[Any]) -> Any:
+    return getrange(c, argv)
+
+
+@command(
     "append",
     3,
     f"{WRITE} {DENYOOM}",
@@ -403,8 +418,48 @@ def append(c: Client, argv: list[Any]) -> Any:
     suffix = bytes(argv[2])
 
     def store(old: Value | None, deadline: int) -> None:
-        new = bytes(old if old is not None else b"") + suffix
+        old = old if old is not None else b""
+        _check_length(c, len(old) + len(suffix))
+        new = bytes(old) + suffix
         c.keyspace.set(key, new, deadline)
+        c.reply.integer(len(new))
+
+    return with_current(c, key, store)
+
+
+def _check_length(c: Client, total: int) -> None:
+    """Redis's ``checkStringLength``: a value built by APPEND or SETRANGE may not pass proto-max-bulk-len."""
+    if total > c.server.settings.proto_max_bulk_len:
+        raise CommandError(errors.STRING_TOO_LONG)
+
+
+@command(
+    "setrange",
+    4,
+    f"{WRITE} {DENYOOM}",
+    (1, 1, 1),
+    group=G,
+    since="2.2.0",
+    summary="Overwrites a part of a string value with another by an offset. Creates the key if it doesn't exist.",
+    usage="key offset value",
+)
+def setrange(c: Client, argv: list[Any]) -> Any:
+    key = bytes(argv[1])
+    offset = parse_int(argv[2])
+    if offset < 0:
+        raise CommandError(errors.OFFSET_OUT_OF_RANGE)
+    patch = bytes(argv[3])
+
+    def store(old: Value | None, deadline: int) -> None:
+        if not patch:  # nothing to write: the length as it is (0 for a missing key, which is not created)
+            c.reply.integer(len(old) if old is not None else 0)
+            return
+        _check_length(c, offset + len(patch))
+        new = bytearray(old if old is not None else b"")  # a new object: the stored one may still be in flight
+        if len(new) < offset:
+            new += bytes(offset - len(new))  # zero-padded, as Redis's sdsgrowzero
+        new[offset : offset + len(patch)] = patch
+        c.keyspace.set(key, bytes(new), deadline)
         c.reply.integer(len(new))
 
     return with_current(c, key, store)

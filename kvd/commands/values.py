@@ -1,7 +1,7 @@
 """A key's value and deadline as one consistent pair, for commands that read a value and then write.
 
 A cold value (demoted from RAM, still on disk) is read off the event loop, and other clients run meanwhile
-(``Keyspace.get``). A command that writes what it read (APPEND, INCR and their kind) must not write a
+(``Keyspace.get``). A command that writes what it read (APPEND, INCR, SETRANGE, RENAME, COPY) must not write a
 result computed from a value that another client replaced during that read: Redis, single-threaded with every
 value in memory, can never do that, and a lost update is worse than a slow one. ``with_current`` reads again
 when the key changed while it waited, and hands the command the value and deadline of one and the same write.

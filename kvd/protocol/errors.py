@@ -42,6 +42,10 @@ AUTH_NOT_CONFIGURED = (
 )
 DB_OUT_OF_RANGE = "ERR DB index is out of range"
 INVALID_CURSOR = "ERR invalid cursor"
+NO_SUCH_KEY = "ERR no such key"
+SAME_OBJECT = "ERR source and destination objects are the same"
+STRING_TOO_LONG = "ERR string exceeds maximum allowed size (proto-max-bulk-len)"
+OFFSET_OUT_OF_RANGE = "ERR offset is out of range"
 OOM = "OOM command not allowed when used memory > 'maxmemory'."
 MAX_CLIENTS = "ERR max number of clients reached"
 NOPROTO = "NOPROTO unsupported protocol version"

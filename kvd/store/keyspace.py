@@ -209,9 +209,10 @@ class Keyspace:
 
     # -- writing ---------------------------------------------------------------------------------------------
 
-    def set(self, key: bytes, value: Value, expire_at: int = 0) -> None:
-        """Store ``value`` (kept by reference: callers hand over ownership and never mutate it)."""
-        if self.policy == "noeviction":
+    def set(self, key: bytes, value: Value, expire_at: int = 0, check_room: bool = True) -> None:
+        """Store ``value`` (kept by reference: callers hand over ownership and never mutate it). ``check_room``
+        False is for a write that moves a value rather than adding one (RENAME): noeviction does not refuse it."""
+        if self.policy == "noeviction" and check_room:
             self._check_room(len(value) + (0 if key in self._entries else self.ram.key_charge(key)))
         seg_log = self.log
         loc = seg_log.append_set(key, value, expire_at) if seg_log is not None else None
@@ -259,6 +260,15 @@ class Keyspace:
             self.scan.add(entry)
             self.ram.add_key(key)
         self._entries[key] = entry
+
+    def touch(self, key: bytes) -> bool:
+        """TOUCH: a live key becomes the most recently used (a cold one stays on disk); False if missing."""
+        entry = self.lookup(key)
+        if entry is None:
+            return False
+        if entry.value is not None:
+            self.ram.touch(entry)
+        return True
 
     def delete(self, key: bytes) -> bool:
         entry = self.lookup(key)

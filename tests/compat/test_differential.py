@@ -57,7 +57,8 @@ NAMES = [b"get", b"set", b"mget", b"mset", b"msetnx", b"setnx", b"setex", b"pset
          b"getset", b"del", b"unlink", b"exists", b"type", b"strlen", b"getrange", b"append", b"incr", b"decr",
          b"incrby", b"decrby", b"ttl", b"pttl", b"expire", b"pexpire", b"expireat", b"pexpireat", b"persist",
          b"expiretime", b"pexpiretime", b"keys", b"scan", b"dbsize", b"echo", b"ping", b"select", b"watch",
-         b"client", b"config", b"auth", b"hello", b"exec", b"discard"]  # fmt: skip
+         b"client", b"config", b"auth", b"hello", b"exec", b"discard", b"setrange", b"substr", b"rename",
+         b"renamenx", b"copy", b"touch"]  # fmt: skip
 
 
 class Grammar:
@@ -79,6 +80,13 @@ class Grammar:
             lambda: [self.pick([b"DEL", b"UNLINK", b"EXISTS"]), *self.keys()],
             lambda: [b"GETRANGE", self.key(), self.integer(), self.integer()],
             lambda: [b"APPEND", self.key(), self.value()],
+            lambda: [b"SETRANGE", self.key(), self.pick([*INTEGERS, b"3", b"45"]), self.value()],
+            lambda: [b"SUBSTR", self.key(), self.integer(), self.integer()],
+            lambda: [self.pick([b"RENAME", b"RENAMENX"]), self.key(), self.key()],
+            lambda: [b"COPY", self.key(), self.key(),
+                     *self.pick([[], [b"REPLACE"], [b"DB", b"0"], [b"DB", b"1"], [b"DB"], [b"DB", b"x"], [b"FOO"],
+                                 [b"DB", b"4294967296"], [b"REPLACE", b"DB", b"0"]])],
+            lambda: [b"TOUCH", *self.keys()],
             lambda: [self.pick([b"INCRBY", b"DECRBY"]), self.key(), self.integer()],
             lambda: [b"KEYS", self.glob()],
             lambda: [b"SCAN", b"0", b"MATCH", self.glob(), b"COUNT", b"1000"],

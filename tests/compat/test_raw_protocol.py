@@ -367,3 +367,24 @@ def test_64mib_value_round_trip(server):
         assert c.recv_exact(2) == b"\r\n"
         assert h.hexdigest() == digest
         assert c.command("GETRANGE", "big:val", str(size - 4), "-1") == b"$4\r\n" + value[-4:] + b"\r\n"
+
+
+def test_setrange_and_append_stop_at_proto_max_bulk_len(server):
+    """Redis's checkStringLength: a value that SETRANGE or APPEND would grow past proto-max-bulk-len is refused
+    and nothing changes (checked against redis-server 7.0.15)."""
+    too_long = b"-ERR string exceeds maximum allowed size (proto-max-bulk-len)\r\n"
+    with server.raw() as c:
+        assert c.command("CONFIG", "SET", "proto-max-bulk-len", "1mb") == b"+OK\r\n"
+        assert c.command("SETRANGE", "k", str(1 << 20), "x") == too_long
+        assert c.command("EXISTS", "k") == b":0\r\n"
+        assert c.command("SETRANGE", "k", str((1 << 20) - 1), "x") == b":1048576\r\n"
+        assert c.command("APPEND", "k", "y") == too_long
+        assert c.command("STRLEN", "k") == b":1048576\r\n"
+        assert c.command("SETRANGE", "k", "-1", "x") == b"-ERR offset is out of range\r\n"
+        assert c.command("SETRANGE", "missing", "5", "") == b":0\r\n"
+        assert c.command("EXISTS", "missing") == b":0\r\n"
+        assert c.command("SET", "s", "Hello World") == b"+OK\r\n"
+        assert c.command("SETRANGE", "s", "6", "Redis") == b":11\r\n"
+        assert c.command("SETRANGE", "s", "13", "!") == b":14\r\n"
+        assert c.command("GET", "s") == b"$14\r\nHello Redis\x00\x00!\r\n"
+        assert c.command("SUBSTR", "s", "0", "4") == b"$5\r\nHello\r\n"

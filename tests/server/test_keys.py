@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import threading
 import time
@@ -157,6 +158,30 @@ def test_randomkey_dbsize_flush(server):
         r.execute_command("FLUSHALL", "LATER")
 
 
+def test_rename_renamenx_copy_touch(server):
+    r = server.client()
+    r.set("src", "v", ex=1000)
+    assert r.rename("src", "dst") is True
+    assert r.get("src") is None and r.get("dst") == b"v"
+    assert 990 <= r.ttl("dst") <= 1000  # the deadline moves with the value
+    with pytest.raises(redis.ResponseError, match="^no such key$"):
+        r.rename("src", "x")
+    assert r.rename("dst", "dst") is True  # the same name: nothing moves
+    r.set("other", "o")
+    assert r.renamenx("dst", "other") is False
+    assert r.renamenx("dst", "fresh") is True
+    assert r.copy("fresh", "other") is False  # exists, no REPLACE
+    assert r.copy("fresh", "other", replace=True) is True
+    assert r.get("other") == b"v" and 990 <= r.ttl("other") <= 1000
+    assert r.copy("missing", "x") is False
+    with pytest.raises(redis.ResponseError, match="^source and destination objects are the same$"):
+        r.copy("fresh", "fresh")
+    if server.kind == "kvd":  # one database (redis-server has 16 unless told otherwise)
+        with pytest.raises(redis.ResponseError, match="^DB index is out of range$"):
+            r.copy("fresh", "y", destination_db=1)
+    assert r.touch("fresh", "other", "missing", "fresh") == 3
+
+
 def test_watch_fails_when_a_key_is_changed_and_changed_back(server):
     """Redis marks a watching client dirty on any change; comparing states would miss a key that was created
     and deleted again, or given a TTL and made persistent again, between WATCH and EXEC."""
@@ -165,6 +190,7 @@ def test_watch_fails_when_a_key_is_changed_and_changed_back(server):
     for change_and_back in (
         lambda: (r.set("absent", "x"), r.delete("absent")),
         lambda: (r.expire("ttl", 100), r.persist("ttl")),
+        lambda: (r.rename("ttl", "moved"), r.rename("moved", "ttl")),
     ):
         with r.pipeline() as pipe:
             pipe.watch("absent", "ttl")
@@ -180,3 +206,40 @@ def test_watch_fails_when_a_key_is_changed_and_changed_back(server):
         pipe.multi()
         pipe.set("ran", "1")
         assert pipe.execute() == [True]
+
+
+@pytest.mark.kvd_only  # the disk tier
+def test_rename_and_copy_of_cold_values_survive_a_restart(server_factory):
+    """Values demoted to disk are read back for RENAME and COPY, rewritten under the new key, and after kill -9
+    the log brings back the new keys with their deadlines and not the renamed one."""
+    srv = server_factory("--persistence", "yes", "--appendfsync", "always", "--maxmemory", "4mb")
+    r = srv.client()
+    values = {f"cold{i}": os.urandom(1 << 20) for i in range(8)}
+    r.mset(values)
+    r.expire("cold0", 1000)
+    hits = r.info("kvd")["disk_hits"]
+    assert r.rename("cold0", "renamed") is True
+    assert r.copy("cold1", "copied") is True
+    assert r.renamenx("cold2", "cold3") is False
+    assert r.info("kvd")["disk_hits"] > hits  # they were read from disk
+    srv.kill9()
+    srv.restart()
+    r = srv.client()
+    assert r.get("cold0") is None
+    assert r.get("renamed") == values["cold0"] and 990 <= r.ttl("renamed") <= 1000
+    assert r.get("copied") == values["cold1"] == r.get("cold1")
+    assert r.get("cold2") == values["cold2"] and r.get("cold3") == values["cold3"]
+
+
+@pytest.mark.kvd_only  # kvd's LRU is exact; Redis samples
+def test_touch_keeps_a_key_from_being_the_next_evicted(server_factory):
+    srv = server_factory("--maxmemory", "2mb")  # persistence off: over budget, keys are evicted
+    r = srv.client()
+    chunk = os.urandom(200 << 10)
+    for i in range(6):
+        r.set(f"k{i}", chunk)
+    assert r.touch("k0", "k1") == 2  # the two oldest become the most recently used
+    for i in range(6, 12):
+        r.set(f"k{i}", chunk)
+    assert r.exists("k0", "k1") == 2
+    assert r.exists("k2") == 0  # the oldest untouched key went first
