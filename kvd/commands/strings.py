@@ -9,6 +9,7 @@ old value through ``with_current`` (``values.py``), so a read from the disk tier
 from __future__ import annotations
 
 from collections.abc import Callable
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from kvd.protocol import errors
@@ -16,6 +17,7 @@ from kvd.protocol.errors import CommandError
 from kvd.protocol.reply import OK
 from kvd.store.keyspace import Value, now_ms
 
+from . import longdouble
 from .args import LLONG_MAX, lower, parse_int
 from .registry import DENYOOM, FAST, READONLY, WRITE, command
 from .values import with_current
@@ -514,6 +516,36 @@ def decr(c: Client, argv: list[Any]) -> Any:
 )
 def incrby(c: Client, argv: list[Any]) -> Any:
     return _incr(c, bytes(argv[1]), parse_int(argv[2]))
+
+
+@command(
+    "incrbyfloat",
+    3,
+    f"{WRITE} {DENYOOM} {FAST}",
+    (1, 1, 1),
+    group=G,
+    since="2.6.0",
+    summary="Increment the floating point value of a key by a number. Uses 0 as initial value if the key doesn't "
+    "exist.",
+    usage="key increment",
+)
+def incrbyfloat(c: Client, argv: list[Any]) -> Any:
+    key = bytes(argv[1])
+
+    def store(old: Value | None, deadline: int) -> None:
+        # Redis's order: the stored value is checked before the increment (longdouble.py has the arithmetic).
+        base = longdouble.parse(bytes(old)) if old is not None else Fraction(0)
+        increment = longdouble.parse(bytes(argv[2]))
+        if base is None or increment is None:
+            raise CommandError(errors.NOT_FLOAT)
+        total = longdouble.add(base, increment)
+        if not isinstance(total, Fraction):
+            raise CommandError("ERR increment would produce NaN or Infinity")
+        new = longdouble.format_human(total)
+        c.keyspace.set(key, new, deadline)
+        c.reply.bulk(new)
+
+    return with_current(c, key, store)
 
 
 @command(

@@ -51,6 +51,9 @@ VALUES = [b"v", b"", b"10", b"-5", b"0", b"9223372036854775807", b"-922337203685
           b"+1", b"01", b"1e3", b"x" * 40, b"\x00\xff", b"-0", b"18446744073709551616"]  # fmt: skip
 INTEGERS = [b"0", b"1", b"-1", b"2", b"10", b"100", b"-100", b"abc", b"1.5", b"", b"9223372036854775807",
             b"-9223372036854775808", b"9223372036854775808", b"100000", b"+5", b"01", b" 3"]  # fmt: skip
+# INCRBYFLOAT increments: long double rounding (0.1 + 0.2), range ends, what strtold takes and Redis refuses.
+FLOATS = [b"0.1", b"0.2", b"-0.3", b"1e3", b"1.5", b"5e-18", b"1e4932", b"-1e4932", b"0x1p3", b"inf", b"-inf",
+          b"nan", b"abc", b" 1", b"", b"3", b"-0", b"1e-4951", b"123456789.123456789"]  # fmt: skip
 # Relative expiry amounts: errors (0, -1, junk, overflow) or far enough away that no step outlives them.
 DURATIONS = [b"100000", b"200000", b"0", b"-1", b"abc", b"9223372036854775807", b"922337203685477", b""]
 NAMES = [b"get", b"set", b"mget", b"mset", b"msetnx", b"setnx", b"setex", b"psetex", b"getdel", b"getex",
@@ -58,7 +61,7 @@ NAMES = [b"get", b"set", b"mget", b"mset", b"msetnx", b"setnx", b"setex", b"pset
          b"incrby", b"decrby", b"ttl", b"pttl", b"expire", b"pexpire", b"expireat", b"pexpireat", b"persist",
          b"expiretime", b"pexpiretime", b"keys", b"scan", b"dbsize", b"echo", b"ping", b"select", b"watch",
          b"client", b"config", b"auth", b"hello", b"exec", b"discard", b"setrange", b"substr", b"rename",
-         b"renamenx", b"copy", b"touch"]  # fmt: skip
+         b"renamenx", b"copy", b"touch", b"incrbyfloat"]  # fmt: skip
 
 
 class Grammar:
@@ -87,6 +90,7 @@ class Grammar:
                      *self.pick([[], [b"REPLACE"], [b"DB", b"0"], [b"DB", b"1"], [b"DB"], [b"DB", b"x"], [b"FOO"],
                                  [b"DB", b"4294967296"], [b"REPLACE", b"DB", b"0"]])],
             lambda: [b"TOUCH", *self.keys()],
+            lambda: [b"INCRBYFLOAT", self.key(), self.pick(FLOATS)],
             lambda: [self.pick([b"INCRBY", b"DECRBY"]), self.key(), self.integer()],
             lambda: [b"KEYS", self.glob()],
             lambda: [b"SCAN", b"0", b"MATCH", self.glob(), b"COUNT", b"1000"],

@@ -196,14 +196,15 @@ def test_repeated_large_sets_land_whole_and_read_back_intact(server_factory, per
     [
         (["APPEND", "c", "+"], {b"new", b"new+"}),
         (["INCR", "c"], {b"100", b"101"}),
+        (["INCRBYFLOAT", "c", "0.5"], {b"100", b"100.5"}),
         (["SETRANGE", "c", "1", "x"], {b"100", b"1x0"}),
     ],
-    ids=["append", "incr", "setrange"],
+    ids=["append", "incr", "incrbyfloat", "setrange"],
 )
 def test_a_write_during_a_cold_read_is_not_lost(server_factory, request_, results):
-    """APPEND, INCR and SETRANGE read the old value first; when it is on disk, other clients run while it is
-    read. A SET that lands then must survive: the result is the SET's value, or the command applied to it,
-    never the command applied to the value from before the SET (a lost update, which Redis cannot have)."""
+    """APPEND, INCR, INCRBYFLOAT and SETRANGE read the old value first; when it is on disk, other clients run
+    while it is read. A SET that lands then must survive: the result is the SET's value, or the command applied
+    to it, never the command applied to the value from before the SET (a lost update, which Redis cannot have)."""
     srv = server_factory("--persistence", "yes", "--maxmemory", "4mb")
     r = srv.client()
     filler = {f"fill{i}": os.urandom(1 << 20) for i in range(8)}
