@@ -475,9 +475,13 @@ class Client(asyncio.BufferedProtocol):
             self._closed = True
             self.transport.abort()
 
+    def output_bytes(self) -> int:
+        """Reply bytes the transport still holds for this client (CLIENT LIST's omem, MEMORY STATS)."""
+        return self.transport.get_write_buffer_size() if self.transport and not self._closed else 0
+
     def describe(self) -> str:
         now = time.monotonic()
-        out_size = self.transport.get_write_buffer_size() if self.transport and not self._closed else 0
+        out_size = self.output_bytes()
         return (
             f"id={self.id} addr={self.addr} laddr={self.laddr} fd=-1 name={self.name.decode(errors='replace')} "
             f"age={int(now - self.created)} idle={int(self.idle(now))} flags=N db=0 sub=0 psub=0 ssub=0 "

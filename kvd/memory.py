@@ -34,6 +34,8 @@ import ctypes
 import ctypes.util
 import gc
 import logging
+import os
+import resource
 from typing import Any
 
 log = logging.getLogger("kvd.memory")
@@ -58,6 +60,52 @@ def tune_allocator() -> bool:
     if not ok:
         log.debug("mallopt refused the thresholds; using the allocator's defaults")
     return ok
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+                     "fordblks", "keepcost")
+    ]  # fmt: skip
+
+
+def rss_bytes() -> int:
+    """The process's resident memory (INFO's used_memory_rss)."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _libc() -> Any:
+    name = ctypes.util.find_library("c")
+    try:
+        return ctypes.CDLL(name) if name else None
+    except OSError:
+        return None
+
+
+def allocator_stats() -> dict[str, int] | None:
+    """glibc's ``mallinfo2()``: heap bytes from the kernel (``arena``), in ``mmap`` blocks (``hblkhd``), in use
+    (``uordblks``), free inside the heap (``fordblks``) and releasable at its top (``keepcost``). None where
+    the C library has no ``mallinfo2`` (not glibc, or glibc before 2.33)."""
+    libc = _libc()
+    fn = getattr(libc, "mallinfo2", None) if libc is not None else None
+    if fn is None:
+        return None
+    fn.restype = _MallInfo2
+    info = fn()
+    return {name: int(getattr(info, name)) for name, _ in _MallInfo2._fields_}
+
+
+def release_free_memory() -> bool:
+    """glibc's ``malloc_trim(0)``: give the heap's free pages back to the kernel (the trim threshold above keeps
+    up to 256 MiB of them otherwise). True if memory was released."""
+    libc = _libc()
+    fn = getattr(libc, "malloc_trim", None) if libc is not None else None
+    return bool(fn(0)) if fn is not None else False
 
 
 def tune_collector() -> None:

@@ -17,7 +17,7 @@ import time
 from typing import TYPE_CHECKING
 
 import kvd
-from kvd import buffers
+from kvd import buffers, memory
 from kvd.persist import writer
 from kvd.protocol import parser, receive
 
@@ -69,14 +69,6 @@ class ServerStats:
     def count_command(self, name: str) -> None:
         calls = self.calls
         calls[name] = calls.get(name, 0) + 1
-
-
-def _rss_bytes() -> int:
-    try:
-        with open("/proc/self/statm", "rb") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except OSError:
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def _human(n: float) -> str:
@@ -140,7 +132,7 @@ def _clients(s: Server) -> list[tuple[str, object]]:
 
 def _memory(s: Server) -> list[tuple[str, object]]:
     ram = s.keyspace.ram
-    rss = _rss_bytes()
+    rss = memory.rss_bytes()
     return [
         ("used_memory", ram.used),
         ("used_memory_human", _human(ram.used)),

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+import re
+import subprocess
 
 import pytest
 import redis
+from support.tools import redis_cli
 
 MiB = 1 << 20
 
@@ -107,3 +110,47 @@ def test_used_memory_tracks_what_small_keys_cost(server_factory, persistence):
     used = r.info()["used_memory"] - used0
     rss = srv.rss_bytes() - rss0
     assert 0.8 <= rss / used <= 1.2, f"{rss / n:.0f} B of RSS per key against {used / n:.0f} B charged"
+
+
+@pytest.mark.kvd_only  # kvd's own accounting and its disk tier
+def test_memory_usage_is_the_ram_tier_charge(server_factory):
+    """MEMORY USAGE is what the key costs against maxmemory: its bytes, its value's while resident, and a
+    fixed overhead; a value demoted to disk leaves only the key's charge. The whole keyspace adds up to
+    used_memory, and redis-cli --memkeys finds the biggest key by it."""
+    srv = server_factory("--persistence", "yes", "--maxmemory", "4mb")
+    r = srv.client()
+    r.set("small", "v")
+    small = r.memory_usage("small")
+    assert 1 + 1 < small < 1000
+    r.set("chunk", os.urandom(MiB))
+    resident = r.memory_usage("chunk")
+    assert MiB < resident < MiB + 1000
+    assert r.memory_usage("missing") is None
+    assert r.memory_usage("chunk", samples=0) == resident  # SAMPLES parses; a string has nothing to sample
+    with pytest.raises(redis.ResponseError, match="^syntax error$"):
+        r.execute_command("MEMORY", "USAGE", "chunk", "SAMPLES", "-1")
+    stats = r.memory_stats()
+    assert stats["keys.count"] == 2
+    assert stats["total.allocated"] == r.info("memory")["used_memory"] == small + resident
+    assert stats["dataset.bytes"] == MiB + 1
+    r.mset({f"filler{i}": os.urandom(MiB) for i in range(6)})  # pushes "chunk" out of RAM
+    assert r.memory_stats()["kvd.cold-keys"] > 0
+    assert r.memory_usage("chunk") < 1000  # its bytes are on disk now
+    out = subprocess.run(
+        [redis_cli(), "-p", str(srv.port), "--memkeys"], capture_output=True, text=True, timeout=60, check=True
+    ).stdout
+    assert re.search(r"Biggest string found '\"filler\d\"' has 10\d{5} bytes", out), out
+
+
+@pytest.mark.kvd_only  # the report and help texts are kvd's own
+def test_memory_doctor_purge_malloc_stats_and_help(server):
+    r = server.client()
+    r.set("k", "v")
+    assert "RAM tier" in r.execute_command("MEMORY", "DOCTOR").decode()
+    assert r.memory_purge() is True
+    stats = r.execute_command("MEMORY", "MALLOC-STATS").decode()
+    assert "arena:" in stats or stats == "Stats not supported for the current allocator"
+    help_lines = [line.decode() for line in r.execute_command("MEMORY", "HELP")]
+    assert {"USAGE key [SAMPLES count]", "STATS", "DOCTOR", "PURGE", "MALLOC-STATS"} <= set(help_lines)
+    with pytest.raises(redis.ResponseError, match=r"^unknown subcommand 'foo'. Try MEMORY HELP.$"):
+        r.execute_command("MEMORY", "foo")
