@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from kvd.config import Settings
 from kvd.connection import Client, ReplyBatch
+from kvd.persist.saves import Saves
 from kvd.stats import ServerStats, render_info
 
 if TYPE_CHECKING:
@@ -40,6 +41,7 @@ class Server:
         self.stats = ServerStats()
         self.replies = ReplyBatch(self.stats)  # replies written together at the end of each loop iteration
         self.started_at = time.time()
+        self.saves = Saves(keyspace.log, self.started_at)  # SAVE, BGSAVE, LASTSAVE (kvd/persist/saves.py)
         self.run_id = os.urandom(20).hex()
         self.bound_port = settings.port
         self.loop_name = "asyncio"

@@ -151,9 +151,10 @@ def _persistence(s: Server) -> list[tuple[str, object]]:
     rows: list[tuple[str, object]] = [
         ("loading", 0),
         ("async_loading", 0),
-        ("rdb_changes_since_last_save", 0),
-        ("rdb_bgsave_in_progress", 0),
-        ("rdb_last_bgsave_status", "ok"),
+        ("rdb_changes_since_last_save", s.saves.changes_since_last_save()),
+        ("rdb_bgsave_in_progress", int(s.saves.in_progress)),
+        ("rdb_last_save_time", s.saves.last_save),
+        ("rdb_last_bgsave_status", "ok" if s.saves.last_ok else "err"),
         ("aof_enabled", 1 if seg_log is not None else 0),
         ("appendfsync", s.settings.appendfsync if seg_log is not None else "off"),
     ]

@@ -67,6 +67,69 @@ def shutdown(c: Client, argv: list[Any]) -> None:
     c.close_after_reply = True  # Redis sends no reply on success; the connection just closes.
 
 
+# -- SAVE, BGSAVE, LASTSAVE (kvd/persist/saves.py) -------------------------------------------------------------
+
+_NOTHING_TO_SAVE = "ERR persistence is off: kvd writes nothing to disk (start it with --persistence yes)"
+_SAVE_FAILED = "ERR the log could not be fsynced: see kvd's log; writes get -MISCONF until the disk recovers"
+
+
+@command(
+    "save",
+    1,
+    f"{ADMIN}",
+    group=G,
+    summary="Makes everything written so far durable: the log is fsynced (kvd blocks only the caller).",
+)
+def save(c: Client, argv: list[Any]) -> Any:
+    saves = c.server.saves
+    if saves.log is None:
+        raise CommandError(_NOTHING_TO_SAVE)
+    pending = saves.save()
+
+    async def reply() -> None:
+        if not await pending:
+            raise CommandError(_SAVE_FAILED)
+        c.reply.ok()
+
+    return reply()
+
+
+@command(
+    "bgsave",
+    -1,
+    f"{ADMIN}",
+    group=G,
+    summary="Makes everything written so far durable in the background; LASTSAVE tells when it is done.",
+    usage="[SCHEDULE]",
+)
+def bgsave(c: Client, argv: list[Any]) -> None:
+    schedule = len(argv) == 2 and lower(argv[1]) == b"schedule"
+    if len(argv) > 2 or (len(argv) == 2 and not schedule):
+        raise CommandError(errors.SYNTAX)
+    saves = c.server.saves
+    if saves.log is None:
+        raise CommandError(_NOTHING_TO_SAVE)
+    if saves.in_progress:
+        if not schedule:
+            raise CommandError("ERR Background save already in progress")
+        saves.save()
+        c.reply.simple("Background saving scheduled")
+        return
+    saves.save()
+    c.reply.simple("Background saving started")
+
+
+@command(
+    "lastsave",
+    1,
+    f"{FAST}",
+    group=G,
+    summary="Returns the Unix time of the last completed SAVE or BGSAVE (or of the start).",
+)
+def lastsave(c: Client, argv: list[Any]) -> None:
+    c.reply.integer(c.server.saves.last_save)
+
+
 # -- CONFIG --------------------------------------------------------------------------------------------------
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import redis
+from support.raw import encode
 
 KiB, MiB = 1 << 10, 1 << 20
 
@@ -299,3 +300,55 @@ def test_second_daemon_on_same_dir_is_refused(server_factory):
         timeout=30,
     )
     assert proc.returncode == 2 and "in use" in proc.stderr
+
+
+@pytest.mark.kvd_only  # kvd's SAVE is an fsync of its log
+def test_save_and_bgsave_fsync_the_log_and_move_lastsave(server_factory):
+    """With appendfsync no nothing is fsynced by itself; SAVE and BGSAVE do it for what was written so far,
+    and LASTSAVE and INFO's rdb_* fields tell when (backup scripts poll LASTSAVE after BGSAVE)."""
+    srv = server_factory("--persistence", "yes", "--appendfsync", "no")
+    r = srv.client()
+    started = r.lastsave()
+    r.mset({f"k{i}": "v" for i in range(10)})
+    info = r.info("persistence")
+    assert info["rdb_changes_since_last_save"] == 10
+    fsyncs = info["aof_fsyncs"]
+    time.sleep(1.1)  # LASTSAVE counts seconds
+    assert r.save() is True
+    info = r.info("persistence")
+    assert info["aof_fsyncs"] > fsyncs
+    assert info["rdb_changes_since_last_save"] == 0
+    assert r.lastsave() > started and info["rdb_last_save_time"] == int(r.lastsave().timestamp())
+    assert info["rdb_last_bgsave_status"] == "ok"
+    r.set("after", "1")
+    before = r.lastsave()
+    time.sleep(1.1)
+    assert r.bgsave() is True
+    deadline = time.monotonic() + 10
+    while r.lastsave() == before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert r.lastsave() > before
+    assert r.info("persistence")["rdb_bgsave_in_progress"] == 0
+    with pytest.raises(redis.ResponseError, match="^syntax error$"):
+        r.execute_command("BGSAVE", "NOW")
+    # Requests that arrive while a save runs share the next one, and every one of them completes.
+    r.set("more", "1")
+    with srv.raw() as conn:  # one write: the first save is still running when the others arrive
+        conn.send(encode("BGSAVE") + encode("BGSAVE") + encode("BGSAVE", "SCHEDULE") + encode("SAVE"))
+        assert conn.read_replies(4) == [
+            b"+Background saving started\r\n",
+            b"-ERR Background save already in progress\r\n",
+            b"+Background saving scheduled\r\n",
+            b"+OK\r\n",
+        ]
+    assert r.info("persistence")["rdb_changes_since_last_save"] == 0
+
+
+@pytest.mark.kvd_only
+def test_save_without_persistence_says_why(server_factory):
+    r = server_factory("--persistence", "no").client()
+    for command in ("SAVE", "BGSAVE"):
+        with pytest.raises(redis.ResponseError, match="^persistence is off: kvd writes nothing to disk"):
+            r.execute_command(command)
+    info = r.info("persistence")
+    assert info["rdb_changes_since_last_save"] == 0 and info["rdb_last_save_time"] == int(r.lastsave().timestamp())
