@@ -43,7 +43,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from kvd.commands import COMMANDS
-from kvd.commands.registry import ALIASES, NOAUTH, subcommand_error
+from kvd.commands.registry import ALIASES, NO_MULTI, NOAUTH, subcommand_error
 from kvd.protocol import errors, lowat
 from kvd.protocol.errors import CommandError, DropConnection, ProtocolError
 from kvd.protocol.lowat import ReceiveLowWater
@@ -256,6 +256,8 @@ class Client(asyncio.BufferedProtocol):
         if (arity > 0 and len(argv) != arity) or len(argv) < -arity:
             return self._refuse(cmd, errors.wrong_arity(cmd.name))
         if self._multi is not None and cmd.name not in _RUN_IN_MULTI:
+            if NO_MULTI in cmd.flags:
+                return self._refuse(cmd, "ERR Command not allowed inside a transaction")
             refused = subcommand_error(cmd, argv) if cmd.subcommands and len(argv) > 1 else None
             if refused is not None:
                 return self._refuse(cmd, refused)

@@ -30,6 +30,7 @@ READONLY = "readonly"
 FAST = "fast"
 ADMIN = "admin"
 LOADING = "loading"
+NO_MULTI = "no_multi"  # refused after MULTI (and the transaction fails), as Redis refuses SAVE and SHUTDOWN
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,18 @@ from kvd.protocol.reply import Pairs, Status
 from kvd.store.glob import glob_match
 
 from .args import lower, text
-from .registry import ADMIN, COMMANDS, FAST, LOADING, NOAUTH, Command, command, run_subcommand, subcommand_help
+from .registry import (
+    ADMIN,
+    COMMANDS,
+    FAST,
+    LOADING,
+    NO_MULTI,
+    NOAUTH,
+    Command,
+    command,
+    run_subcommand,
+    subcommand_help,
+)
 
 if TYPE_CHECKING:
     from kvd.connection import Client
@@ -52,7 +63,7 @@ def time_(c: Client, argv: list[Any]) -> None:
 @command(
     "shutdown",
     -1,
-    f"{ADMIN} {NOAUTH}",
+    f"{ADMIN} {NOAUTH} {NO_MULTI}",
     group=G,
     summary="Synchronously flushes the log and shuts down the server.",
     usage="[NOSAVE | SAVE] [NOW] [FORCE] [ABORT]",
@@ -76,7 +87,7 @@ _SAVE_FAILED = "ERR the log could not be fsynced: see kvd's log; writes get -MIS
 @command(
     "save",
     1,
-    f"{ADMIN}",
+    f"{ADMIN} {NO_MULTI}",
     group=G,
     summary="Makes everything written so far durable: the log is fsynced (kvd blocks only the caller).",
 )

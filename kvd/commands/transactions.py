@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from kvd.protocol.errors import CommandError
 
-from .registry import FAST, NOAUTH, command
+from .registry import FAST, command
 
 if TYPE_CHECKING:
     from kvd.connection import Client
@@ -73,9 +73,7 @@ def watch(c: Client, argv: list[Any]) -> None:
     c.reply.ok()
 
 
-@command(
-    "unwatch", 1, f"{FAST} {NOAUTH}", group=G, since="2.2.0", summary="Forgets about all watched keys of a transaction."
-)
+@command("unwatch", 1, f"{FAST}", group=G, since="2.2.0", summary="Forgets about all watched keys of a transaction.")
 def unwatch(c: Client, argv: list[Any]) -> None:
     c.unwatch()
     c.reply.ok()

@@ -124,6 +124,7 @@ def test_noauth_and_wrongpass(server_factory):
     with srv.raw() as c:
         assert c.command("GET", "k") == b"-NOAUTH Authentication required.\r\n"
         assert c.command("SET", "k", "v") == b"-NOAUTH Authentication required.\r\n"
+        assert c.command("UNWATCH") == b"-NOAUTH Authentication required.\r\n"
         assert c.command("AUTH", "wrong") == b"-WRONGPASS invalid username-password pair or user is disabled.\r\n"
         assert (
             c.command("AUTH", "default", "wrong")

@@ -63,6 +63,16 @@ def test_a_bad_subcommand_is_refused_at_queue_time(server):
         assert c.command("EXEC") == b"-EXECABORT Transaction discarded because of previous errors.\r\n"
 
 
+def test_save_and_shutdown_are_refused_inside_multi(server):
+    """Redis's no-multi commands: refused at queue time, and the transaction fails (the server stays up)."""
+    with server.raw() as c:
+        assert c.command("MULTI") == b"+OK\r\n"
+        for command in ("SAVE", "SHUTDOWN"):
+            assert c.command(command) == b"-ERR Command not allowed inside a transaction\r\n"
+        assert c.command("EXEC") == b"-EXECABORT Transaction discarded because of previous errors.\r\n"
+        assert c.command("PING") == b"+PONG\r\n"
+
+
 def test_exec_with_arguments_discards_the_transaction(server):
     """A refused EXEC aborts the transaction it would have run, as Redis's execCommandAbort does."""
     with server.raw() as c:
