@@ -131,6 +131,22 @@ def bgsave(c: Client, argv: list[Any]) -> None:
 
 
 @command(
+    "bgrewriteaof",
+    1,
+    f"{ADMIN}",
+    group=G,
+    summary="Compacts every segment of the log that holds dead bytes, now rather than at its dead-ratio threshold.",
+)
+def bgrewriteaof(c: Client, argv: list[Any]) -> None:
+    seg_log = c.keyspace.log
+    if seg_log is None:
+        raise CommandError(_NOTHING_TO_SAVE)
+    if not seg_log.rewrite():
+        raise CommandError("ERR Background append only file rewriting already in progress")
+    c.reply.simple("Background append only file rewriting started")
+
+
+@command(
     "lastsave",
     1,
     f"{FAST}",

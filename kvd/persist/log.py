@@ -130,6 +130,8 @@ class SegmentLog(SegmentLogHooks):
         self._tick_handle: asyncio.TimerHandle | None = None
         self._probe_handle: asyncio.TimerHandle | None = None
         self.job: maintenance.Job | None = None
+        self.rewrite_pending: set[int] | None = None  # segment ids a BGREWRITEAOF still has to compact
+        self.rewrites_started = 0
         self.maint_resume_at = 0.0  # loop time before which no new job starts (after a failed rewrite)
 
         # counters
@@ -634,6 +636,18 @@ class SegmentLog(SegmentLogHooks):
             # fell behind the segments the writer filled (with 1 MiB segments), and disk use grew.
             self._loop.call_soon(self._start_job)
 
+    def rewrite(self) -> bool:
+        """BGREWRITEAOF: compact every segment with dead bytes now (``maintenance.request_rewrite``); False if
+        one is already pending."""
+        started = maintenance.request_rewrite(self)
+        if started and self._loop is not None:
+            self._loop.call_soon(self._start_job)
+        return started
+
+    @property
+    def rewrite_in_progress(self) -> bool:
+        return self.rewrite_pending is not None
+
     def disk_bytes(self) -> int:
         return sum(s.size for s in self._segments.values())
 
@@ -715,6 +729,7 @@ class SegmentLog(SegmentLogHooks):
             "last_fsync_ms_ago": int((time.monotonic() - w.last_fsync) * 1000) if w else 0,
             "delayed_fsyncs": self._syncer.delayed_fsyncs if self._syncer else 0,
             "compactions": self.compactions,
+            "rewrites": self.rewrites_started,
             "compacted_bytes": self.compacted_bytes,
             "rewritten_bytes": self.rewritten_bytes,
             "disk_evictions": self.disk_evictions,
@@ -722,7 +737,7 @@ class SegmentLog(SegmentLogHooks):
             "write_errors": w.write_errors if w else 0,
             "lost_records": self.lost_records,
             "aof_last_write_status": "err" if self._misconf else "ok",
-            "rewrite_in_progress": 1 if self.job is not None else 0,
+            "rewrite_in_progress": 1 if self.job is not None or self.rewrite_in_progress else 0,
         }
 
 

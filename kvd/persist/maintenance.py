@@ -74,6 +74,39 @@ class Job:
     task: asyncio.Task[None] | None = None
 
 
+def request_rewrite(log: SegmentLog) -> bool:
+    """BGREWRITEAOF: compact every segment that holds dead bytes now, whatever its dead ratio, once each.
+
+    The active segment is sealed first when it has dead bytes, so it can be compacted too. The set of segments
+    is fixed here, so a stream of writes cannot keep a rewrite going forever, and each is compacted once even if
+    what stays in it (tombstones still needed) counts as dead. False if a rewrite is already pending."""
+    if log.rewrite_pending is not None:
+        return False
+    active = log._active
+    pending = {s.id for s in log._segments.values() if s is not active and s.id not in log._retiring and s.dead > 0}
+    if active is not None and active.dead > 0:
+        pending.add(active.id)
+        log._roll()
+    log.rewrite_pending = pending
+    log.rewrites_started += 1
+    return True
+
+
+def _next_rewrite(log: SegmentLog) -> Job | None:
+    """The next segment of a pending BGREWRITEAOF, or None; the rewrite ends when none is left."""
+    pending = log.rewrite_pending
+    assert pending is not None
+    pending.intersection_update(s for s in log._segments if s not in log._retiring)  # retired or evicted since
+    for seg_id in sorted(pending):
+        seg = log._segments[seg_id]
+        if seg.ready:  # sealed and hinted; one being sealed is picked at a later tick
+            pending.discard(seg_id)
+            return Job(seg, "compact")
+    if not pending:
+        log.rewrite_pending = None
+    return None
+
+
 def pick_job(log: SegmentLog) -> Job | None:
     segs = log._segments
     ready = [s for s in segs.values() if s.ready and s is not log._active and s.id not in log._retiring]
@@ -88,7 +121,12 @@ def pick_job(log: SegmentLog) -> Job | None:
             log._roll()  # only the active segment is left: seal it so it can be retired
         return None
     if candidates:
-        return Job(max(candidates, key=lambda s: s.dead_ratio()), "compact")
+        seg = max(candidates, key=lambda s: s.dead_ratio())
+        if log.rewrite_pending is not None:
+            log.rewrite_pending.discard(seg.id)  # compacted now: the rewrite need not do it again
+        return Job(seg, "compact")
+    if log.rewrite_pending is not None:
+        return _next_rewrite(log)
     return None
 
 

@@ -352,3 +352,35 @@ def test_save_without_persistence_says_why(server_factory):
             r.execute_command(command)
     info = r.info("persistence")
     assert info["rdb_changes_since_last_save"] == 0 and info["rdb_last_save_time"] == int(r.lastsave().timestamp())
+
+
+@pytest.mark.kvd_only  # BGREWRITEAOF compacts kvd's segments
+def test_bgrewriteaof_compacts_segments_below_the_dead_ratio(server_factory):
+    """Segments 30 % dead stay as they are under a 90 % threshold; BGREWRITEAOF compacts every segment with dead
+    bytes (the active one is sealed first), and what it kept reads back, also after kill -9."""
+    srv = server_factory(
+        "--persistence", "yes", "--segment-size", "1mb", "--compaction-dead-ratio", "0.9", "--appendfsync", "always"
+    )
+    r = srv.client()
+    for i in range(20):
+        r.set(f"k{i}", value_for(f"k{i}", 100 * KiB))
+    for i in range(0, 20, 3):  # a third of the keys overwritten: about a third of the old bytes dead
+        r.set(f"k{i}", value_for(f"k{i}new", 100 * KiB))
+    time.sleep(1.5)  # a few maintenance ticks: nothing reaches 90 % dead
+    assert r.info("persistence")["aof_compactions"] == 0
+    before = segment_bytes(srv)
+    assert r.bgrewriteaof() is True
+    with pytest.raises(redis.ResponseError, match="^Background append only file rewriting already in progress$"):
+        r.bgrewriteaof()
+    deadline = time.monotonic() + 30
+    while r.info("persistence")["aof_rewrite_in_progress"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    info = r.info("persistence")
+    assert info["aof_rewrite_in_progress"] == 0 and info["aof_compactions"] >= 1 and info["aof_rewrites"] == 1
+    live = 20 * 100 * KiB
+    assert segment_bytes(srv) < before and segment_bytes(srv) < live * 1.15, (before, segment_bytes(srv))
+    srv.kill9()
+    srv.restart()
+    r = srv.client()
+    for i in range(20):
+        assert r.get(f"k{i}") == value_for(f"k{i}new" if i % 3 == 0 else f"k{i}", 100 * KiB)
