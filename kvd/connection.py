@@ -249,12 +249,13 @@ class Client(asyncio.BufferedProtocol):
         stats = self.stats
         stats.commands_processed += 1
         self.last_command = cmd.name
-        if not self.authenticated and NOAUTH not in cmd.flags:
-            self.reply.error(errors.NOAUTH)
-            return None
         arity = cmd.arity
         if (arity > 0 and len(argv) != arity) or len(argv) < -arity:
             return self._refuse(cmd, errors.wrong_arity(cmd.name))
+        if not self.authenticated and NOAUTH not in cmd.flags:
+            # As Redis's processCommand: a wrong count or an unknown subcommand is reported before NOAUTH.
+            refused = subcommand_error(cmd, argv) if cmd.subcommands and len(argv) > 1 else None
+            return self._refuse(cmd, refused or errors.NOAUTH)
         if self._multi is not None and cmd.name not in _RUN_IN_MULTI:
             if NO_MULTI in cmd.flags:
                 return self._refuse(cmd, "ERR Command not allowed inside a transaction")

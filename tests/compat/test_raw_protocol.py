@@ -125,6 +125,10 @@ def test_noauth_and_wrongpass(server_factory):
         assert c.command("GET", "k") == b"-NOAUTH Authentication required.\r\n"
         assert c.command("SET", "k", "v") == b"-NOAUTH Authentication required.\r\n"
         assert c.command("UNWATCH") == b"-NOAUTH Authentication required.\r\n"
+        # Redis checks the command, its argument count and its subcommand before authentication
+        assert c.command("GET") == b"-ERR wrong number of arguments for 'get' command\r\n"
+        assert c.command("CLIENT", "FOO") == b"-ERR unknown subcommand 'FOO'. Try CLIENT HELP.\r\n"
+        assert c.command("EXEC") == b"-EXECABORT Transaction discarded because of: NOAUTH Authentication required.\r\n"
         assert c.command("AUTH", "wrong") == b"-WRONGPASS invalid username-password pair or user is disabled.\r\n"
         assert (
             c.command("AUTH", "default", "wrong")

@@ -13,6 +13,7 @@ import pytest
 import redis
 
 
+@pytest.mark.kvd_only  # one database (redis-server has 16)
 def test_ping_echo_select(server):
     r = server.client()
     assert r.ping() is True
@@ -24,6 +25,7 @@ def test_ping_echo_select(server):
         r.execute_command("SELECT", "x")
 
 
+@pytest.mark.kvd_only  # CLIENT SETINFO is Redis 7.2; Debian's redis-server is 7.0
 def test_client_identity(server):
     r = server.client()
     cid = r.client_id()
@@ -77,6 +79,7 @@ def test_protected_mode_refuses_public_bind_without_password(tmp_path):
     assert "protected-mode" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.kvd_only  # INFO's kvd section
 def test_info_sections(server):
     r = server.client()
     r.set("a", "1")
@@ -122,6 +125,7 @@ def test_info_counts_reads_and_writes(server):
     assert after["total_writes_processed"] - before["total_writes_processed"] == n + 1
 
 
+@pytest.mark.kvd_only  # kvd's defaults (allkeys-lru)
 def test_config_get_set(server):
     r = server.client()
     assert r.config_get("maxmemory-policy") == {"maxmemory-policy": "allkeys-lru"}
@@ -136,6 +140,7 @@ def test_config_get_set(server):
     assert r3.config_get("maxclients") == {"maxclients": "10000"}
 
 
+@pytest.mark.kvd_only  # KVD.PREFIXLEN is kvd's own
 def test_prefixlen(server):
     r = server.client()
     r.mset({"c0": "x", "c1": "x", "c3": "x"})
