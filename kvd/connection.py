@@ -648,7 +648,8 @@ class ReplyBatch:
         if self._batching:
             self._stats.batched_replies += len(clients)
         for client in clients:
-            client.flush_replies()
+            if not client.busy:  # it began a batch since it was added: that batch's end flushes it, held or not
+                client.flush_replies()
 
 
 def _writes_vectored(transport: Any) -> bool:
