@@ -42,8 +42,9 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
+from kvd import monitor
 from kvd.commands import COMMANDS
-from kvd.commands.registry import ALIASES, NO_MULTI, NOAUTH, subcommand_error
+from kvd.commands.registry import ADMIN, ALIASES, NO_MULTI, NOAUTH, READONLY, subcommand_error
 from kvd.protocol import errors, lowat
 from kvd.protocol.errors import CommandError, DropConnection, ProtocolError
 from kvd.protocol.lowat import ReceiveLowWater
@@ -72,6 +73,7 @@ class Client(asyncio.BufferedProtocol):
         self.keyspace = server.keyspace
         self.stats = server.stats
         self._replies = server.replies
+        self._monitors = server.monitors  # the server's set, shared: empty unless someone sent MONITOR
         self.id = server.next_client_id()
         self._out: list[Buffer] = []
         self.reply = ReplyWriter(self._out, 2)
@@ -120,6 +122,8 @@ class Client(asyncio.BufferedProtocol):
         self._multi: list[list[Any]] | None = None  # commands queued since MULTI
         self._multi_error = False  # a queued command was refused: EXEC answers EXECABORT
         self._watched: dict[bytes, int] = {}  # key -> its change count at WATCH (Keyspace.changes)
+        self.executing_transaction = False  # EXEC is running the queue (MONITOR refuses to start then)
+        self.monitoring = False  # sent MONITOR: sees every command, may not touch the keyspace
 
     # -- asyncio protocol callbacks ----------------------------------------------------------------------------
 
@@ -256,6 +260,8 @@ class Client(asyncio.BufferedProtocol):
             # As Redis's processCommand: a wrong count or an unknown subcommand is reported before NOAUTH.
             refused = subcommand_error(cmd, argv) if cmd.subcommands and len(argv) > 1 else None
             return self._refuse(cmd, refused or errors.NOAUTH)
+        if self._monitors and self.monitoring and (cmd.is_write or READONLY in cmd.flags):
+            return self._refuse(cmd, "ERR Replica can't interact with the keyspace")  # Redis's words for monitors
         if self._multi is not None and cmd.name not in _RUN_IN_MULTI:
             if NO_MULTI in cmd.flags:
                 return self._refuse(cmd, "ERR Command not allowed inside a transaction")
@@ -270,10 +276,13 @@ class Client(asyncio.BufferedProtocol):
         if not cmd.is_write or seg_log is None:
             calls[cmd.name] = calls.get(cmd.name, 0) + 1
             try:
-                return cmd.handler(self, argv)
+                result = cmd.handler(self, argv)
             except Exception as exc:
                 self._command_failed(cmd, exc)
-                return None
+                result = None
+            if self._monitors and cmd.name != "exec":  # after it ran, as Redis's call(); EXEC feeds itself
+                self.feed_monitors(cmd, argv)
+            return result
         refused = seg_log.misconf()
         if refused:
             self.reply.error(refused)
@@ -288,6 +297,8 @@ class Client(asyncio.BufferedProtocol):
         self._log_dirty = True
         if result is None:
             self._write_spans.append((start, len(self._out)))
+        if self._monitors:  # after the reply's span: a monitor that writes itself holds its line with the reply
+            self.feed_monitors(cmd, argv)
         return result
 
     def _run_landed(self, argv: list[Any]) -> bool:
@@ -478,6 +489,28 @@ class Client(asyncio.BufferedProtocol):
             self._closed = True
             self.transport.abort()
 
+    def feed_monitors(self, cmd: Any, argv: list[Any]) -> None:
+        """Show ``argv`` to every MONITOR client, unless Redis would not (an administrative command)."""
+        if not self._monitors or ADMIN in cmd.flags:
+            return
+        if cmd.subcommands and len(argv) > 1:
+            sub = cmd.subcommands.get(bytes(argv[1]).lower().decode("utf-8", "replace"))
+            if sub is not None and ADMIN in sub.flags:
+                return
+        data = monitor.line(self.addr, argv)
+        for client in list(self._monitors):
+            client.push(data)
+
+    def push(self, data: bytes) -> None:
+        """Data that is not a reply to this client's own request (a MONITOR line). It goes out at the end of
+        this loop iteration, or with this client's own replies when they are being held (for the log, or a
+        batch being served), so it never pushes a held write reply out early."""
+        if self._closed:
+            return
+        self._out.append(data)
+        if not (self._busy or self._log_dirty or self._write_spans):
+            self._replies.add(self, together=True)
+
     def output_bytes(self) -> int:
         """Reply bytes the transport still holds for this client (CLIENT LIST's omem, MEMORY STATS)."""
         return self.transport.get_write_buffer_size() if self.transport and not self._closed else 0
@@ -531,26 +564,31 @@ class Client(asyncio.BufferedProtocol):
             self.reply.null_array()
             return None
         self.reply.array(len(queued))
+        self.executing_transaction = True
         for i, argv in enumerate(queued):
             pending = self._execute(argv)
             if pending is not None:
                 return self._exec_rest(pending, queued[i + 1 :])
+        self.executing_transaction = False
         return None
 
     async def _exec_rest(self, pending: Any, rest: list[list[Any]]) -> None:
         """The part of an EXEC after a command that had to wait for the disk."""
-        while True:
-            try:
-                await pending
-            except CommandError as exc:
-                self.reply.error(exc.message)
-            except OutOfMemory:
-                self.reply.error(errors.OOM)
-            pending = None
-            while rest and pending is None:
-                pending = self._execute(rest.pop(0))
-            if pending is None:
-                return
+        try:
+            while True:
+                try:
+                    await pending
+                except CommandError as exc:
+                    self.reply.error(exc.message)
+                except OutOfMemory:
+                    self.reply.error(errors.OOM)
+                pending = None
+                while rest and pending is None:
+                    pending = self._execute(rest.pop(0))
+                if pending is None:
+                    return
+        finally:
+            self.executing_transaction = False
 
     @property
     def busy(self) -> bool:

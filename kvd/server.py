@@ -38,6 +38,7 @@ class Server:
         self.keyspace = keyspace
         self.recovery = recovery
         self.clients: dict[int, Client] = {}
+        self.monitors: set[Client] = set()  # clients that sent MONITOR (kvd/monitor.py)
         self.stats = ServerStats()
         self.replies = ReplyBatch(self.stats)  # replies written together at the end of each loop iteration
         self.started_at = time.time()
@@ -66,6 +67,7 @@ class Server:
 
     def unregister(self, client: Client) -> None:
         self.clients.pop(client.id, None)
+        self.monitors.discard(client)
 
     # -- INFO / CONFIG -----------------------------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ from kvd.protocol.errors import CommandError
 from kvd.protocol.reply import PONG, Pairs
 
 from .args import check_db_index, lower, parse_int, text
-from .registry import FAST, NOAUTH, command, run_subcommand, subcommand_help
+from .registry import ADMIN, FAST, NOAUTH, command, run_subcommand, subcommand_help
 
 if TYPE_CHECKING:
     from kvd.connection import Client
@@ -252,7 +252,7 @@ def client_info(c: Client, argv: list[Any]) -> None:
 @command(
     "list",
     -2,
-    "",
+    ADMIN,
     group=G,
     since="2.4.0",
     parent="client",
@@ -314,7 +314,7 @@ def client_kill(c: Client, argv: list[Any]) -> None:
 @command(
     "no-evict",
     3,
-    FAST,
+    f"{ADMIN} {FAST}",
     group=G,
     since="7.0.0",
     parent="client",

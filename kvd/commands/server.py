@@ -78,6 +78,23 @@ def shutdown(c: Client, argv: list[Any]) -> None:
     c.close_after_reply = True  # Redis sends no reply on success; the connection just closes.
 
 
+@command(
+    "monitor",
+    1,
+    f"{ADMIN}",
+    group=G,
+    summary="Listens for all requests received by the server in real-time (kvd/monitor.py: long values cut).",
+)
+def monitor_(c: Client, argv: list[Any]) -> None:
+    if c.executing_transaction:
+        raise CommandError("ERR MONITOR isn't allowed for DENY BLOCKING client")  # Redis's words, inside EXEC
+    if c.monitoring:
+        return  # as Redis: a second MONITOR gets no reply
+    c.monitoring = True
+    c.server.monitors.add(c)
+    c.reply.ok()
+
+
 # -- SAVE, BGSAVE, LASTSAVE (kvd/persist/saves.py) -------------------------------------------------------------
 
 _NOTHING_TO_SAVE = "ERR persistence is off: kvd writes nothing to disk (start it with --persistence yes)"
@@ -184,7 +201,7 @@ def config(c: Client, argv: list[Any]) -> Any:
 @command(
     "get",
     -3,
-    f"{LOADING}",
+    f"{ADMIN} {LOADING}",
     group=G,
     since="2.0.0",
     parent="config",

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from kvd.protocol.errors import CommandError
 
-from .registry import FAST, command
+from .registry import COMMANDS, FAST, command
 
 if TYPE_CHECKING:
     from kvd.connection import Client
@@ -42,9 +42,12 @@ def multi(c: Client, argv: list[Any]) -> None:
     summary="Executes all commands in a transaction.",
 )
 def exec_(c: Client, argv: list[Any]) -> Any:
-    if not c.in_multi:
-        raise CommandError("ERR EXEC without MULTI")
-    return c.exec_multi()
+    try:
+        if not c.in_multi:
+            raise CommandError("ERR EXEC without MULTI")
+        return c.exec_multi()
+    finally:  # MONITOR shows EXEC after the commands it ran, as Redis does
+        c.feed_monitors(COMMANDS[b"exec"], argv)
 
 
 @command("discard", 1, f"{FAST}", group=G, since="2.0.0", summary="Discards a transaction.")
