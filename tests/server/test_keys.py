@@ -243,3 +243,21 @@ def test_touch_keeps_a_key_from_being_the_next_evicted(server_factory):
         r.set(f"k{i}", chunk)
     assert r.exists("k0", "k1") == 2
     assert r.exists("k2") == 0  # the oldest untouched key went first
+
+
+@pytest.mark.kvd_only  # reads kvd's segment files
+def test_rename_logs_the_new_key_before_deleting_the_old(server_factory):
+    """The README's promise for RENAME with persistence: a crash between its two records leaves both keys, never
+    neither, because the new key's SET has the lower log sequence number."""
+    from kvd.persist import record
+
+    srv = server_factory("--persistence", "yes", "--appendfsync", "always")
+    r = srv.client()
+    r.set("old", "v")
+    assert r.rename("old", "new") is True
+    records = []
+    for path in sorted(srv.dir.rglob("*.seg")):
+        data = path.read_bytes()
+        records += record.scan(data, record.FILE_HDR_SIZE, len(data)).records
+    lsn = {(rec.rtype, rec.key): rec.lsn for rec in records}
+    assert lsn[(record.SET, b"new")] < lsn[(record.DEL, b"old")]
