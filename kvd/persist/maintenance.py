@@ -96,9 +96,14 @@ def _next_rewrite(log: SegmentLog) -> Job | None:
     """The next segment of a pending BGREWRITEAOF, or None; the rewrite ends when none is left."""
     pending = log.rewrite_pending
     assert pending is not None
-    pending.intersection_update(s for s in log._segments if s not in log._retiring)  # retired or evicted since
+    # By segment id: ``_segments`` is keyed by ``Segment.key``, which a rewrite in place changes.
+    live: dict[int, Segment] = {}
+    for seg in log._segments.values():
+        if seg.id not in log._retiring and (seg.ready or seg.id not in live):
+            live[seg.id] = seg
+    pending.intersection_update(live)  # retired or evicted since the request
     for seg_id in sorted(pending):
-        seg = log._segments[seg_id]
+        seg = live[seg_id]
         if seg.ready:  # sealed and hinted; one being sealed is picked at a later tick
             pending.discard(seg_id)
             return Job(seg, "compact")

@@ -384,3 +384,30 @@ def test_bgrewriteaof_compacts_segments_below_the_dead_ratio(server_factory):
     r = srv.client()
     for i in range(20):
         assert r.get(f"k{i}") == value_for(f"k{i}new" if i % 3 == 0 else f"k{i}", 100 * KiB)
+
+
+@pytest.mark.kvd_only
+def test_bgrewriteaof_reaches_segments_already_rewritten_in_place(server_factory):
+    """A segment compacted in place gets a new key in the log's table but keeps its id; BGREWRITEAOF must still
+    find it (it once looked the ids up as keys and skipped such segments, reporting the rewrite done)."""
+    srv = server_factory("--persistence", "yes", "--segment-size", "1mb", "--appendfsync", "always")
+    r = srv.client()
+    for i in range(9):
+        r.set(f"k{i}", value_for(f"k{i}", 100 * KiB))
+    for i in range(5):  # segment 1 is more than half dead: compacted in place by itself
+        r.set(f"k{i}", value_for(f"k{i}b", 100 * KiB))
+    deadline = time.monotonic() + 20
+    while r.info("persistence")["aof_compactions"] < 1 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    compactions = r.info("persistence")["aof_compactions"]
+    assert compactions >= 1
+    r.set("k5", value_for("k5c", 100 * KiB))  # a survivor of that rewrite dies: dead bytes below the threshold
+    assert r.info("persistence")["aof_dead_bytes"] > 50 * KiB
+    assert r.bgrewriteaof() is True
+    deadline = time.monotonic() + 30
+    while r.info("persistence")["aof_rewrite_in_progress"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    info = r.info("persistence")
+    assert info["aof_compactions"] > compactions
+    assert info["aof_dead_bytes"] < 10 * KiB, info["aof_dead_bytes"]
+    assert r.get("k5") == value_for("k5c", 100 * KiB) and r.get("k6") == value_for("k6", 100 * KiB)
