@@ -117,10 +117,7 @@ def _rename(c: Client, argv: list[Any], nx: bool) -> Any:
         if nx and ks.lookup(dst) is not None:
             c.reply.integer(0)
             return
-        # The new key's record goes to the log before the old key's delete: a crash between the two leaves
-        # both keys, never neither. The value object itself moves; nothing is copied in memory.
-        ks.set(dst, value, deadline, check_room=False)
-        ks.delete(src)
+        ks.rename(src, dst, value, deadline)  # the value object moves; the log has dst's record first
         c.reply.integer(1) if nx else c.reply.ok()
 
     return with_current(c, src, move)

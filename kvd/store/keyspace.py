@@ -209,10 +209,10 @@ class Keyspace:
 
     # -- writing ---------------------------------------------------------------------------------------------
 
-    def set(self, key: bytes, value: Value, expire_at: int = 0, check_room: bool = True) -> None:
-        """Store ``value`` (kept by reference: callers hand over ownership and never mutate it). ``check_room``
-        False is for a write that moves a value rather than adding one (RENAME): noeviction does not refuse it."""
-        if self.policy == "noeviction" and check_room:
+    def set(self, key: bytes, value: Value, expire_at: int = 0, moving: bool = False) -> None:
+        """Store ``value`` (kept by reference: callers hand over ownership and never mutate it). ``moving`` is
+        for ``rename``: the value is about to leave its old key, so it is neither refused nor a reason to evict."""
+        if self.policy == "noeviction" and not moving:
             self._check_room(len(value) + (0 if key in self._entries else self.ram.key_charge(key)))
         seg_log = self.log
         loc = seg_log.append_set(key, value, expire_at) if seg_log is not None else None
@@ -246,7 +246,17 @@ class Keyspace:
         if expire_at:
             self.expiry.live += 1
             self.expiry.schedule(key, expire_at)
-        if ram.budget and ram.used > ram.budget:
+        if ram.budget and ram.used > ram.budget and not moving:
+            self._evict()
+
+    def rename(self, src: bytes, dst: bytes, value: Value, expire_at: int) -> None:
+        """RENAME: ``dst`` takes ``src``'s value (the same object) and deadline, and ``src`` goes. The log gets
+        the new key's record before the old key's delete, so a crash between them leaves both keys, never
+        neither. For that moment the value is charged twice; nothing is evicted for it (Redis's RENAME evicts
+        nothing), only for what the new key's name adds."""
+        self.set(dst, value, expire_at, moving=True)
+        self.delete(src)
+        if self.ram.budget and self.ram.used > self.ram.budget:
             self._evict()
 
     def _swap(self, key: bytes, old: Entry | None, entry: Entry) -> None:

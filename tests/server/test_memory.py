@@ -154,3 +154,18 @@ def test_memory_doctor_purge_malloc_stats_and_help(server):
     assert {"USAGE key [SAMPLES count]", "STATS", "DOCTOR", "PURGE", "MALLOC-STATS"} <= set(help_lines)
     with pytest.raises(redis.ResponseError, match=r"^unknown subcommand 'foo'. Try MEMORY HELP.$"):
         r.execute_command("MEMORY", "foo")
+
+
+@pytest.mark.kvd_only  # kvd's exact LRU and accounting
+def test_rename_evicts_nothing(server_factory):
+    """RENAME moves a value; it once charged it to the new key before the old one let go, and a value near
+    the budget then evicted unrelated keys (11 of 20 in review)."""
+    srv = server_factory("--persistence", "no", "--maxmemory", "2mb")
+    r = srv.client()
+    for i in range(20):
+        r.set(f"small{i}", os.urandom(50 << 10))
+    r.set("big", os.urandom(800 << 10))
+    assert r.info("stats")["evicted_keys"] == 0
+    assert r.rename("big", "big2") is True
+    assert r.info("stats")["evicted_keys"] == 0
+    assert r.exists(*[f"small{i}" for i in range(20)]) == 20
