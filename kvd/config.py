@@ -255,8 +255,8 @@ def _convert(spec: Spec, raw: Any, from_text: bool) -> Any:
     kind, low, high = spec.kind, spec.low, spec.high
     if kind == "int":
         value: int | None = raw if isinstance(raw, int) and not isinstance(raw, bool) else None
-        if from_text and isinstance(raw, str) and _INT.fullmatch(raw.strip()):
-            value = int(raw)
+        if from_text and isinstance(raw, str) and _INT.fullmatch(raw.strip()) and len(raw.strip()) <= 20:
+            value = int(raw)  # (longer text is no 64-bit integer, and past CPython's digit limit for int())
         if value is None or (low is not None and value < low) or (high is not None and value > high):
             bounds = f" {low:g}-{high:g}" if high is not None else f" >= {low:g}" if low is not None else ""
             raise ValueError(f"expected an integer{bounds}, got {raw!r}")
@@ -436,7 +436,7 @@ def settings_items(s: Settings) -> list[tuple[str, str]]:
 
 def is_setting(key: str) -> bool:
     """Whether ``key`` names a setting (CONFIG SET checks every name before it changes anything)."""
-    return key.strip().lower() in _BY_NAME
+    return key.lower() in _BY_NAME
 
 
 def apply_runtime(s: Settings, key: str, value: str) -> Settings:

@@ -403,9 +403,10 @@ def _parse_cursor(raw: bytes | bytearray) -> int:
     or a value past 2**64 - 1 is ``invalid cursor``. kvd's own cursors are plain digits; the rest is accepted
     so that any cursor Redis takes is taken here too."""
     text = bytes(raw).split(b"\0", 1)[0]
-    if not _CURSOR.fullmatch(text):
+    digits = text.lstrip(b"+-").lstrip(b"0")
+    if not _CURSOR.fullmatch(text) or len(digits) > 20:  # past 2**64 - 1 (and CPython's limit on long int text)
         raise CommandError(errors.INVALID_CURSOR)
-    value = int(text) if text else 0
+    value = -int(digits or b"0") if text[:1] == b"-" else int(digits or b"0")
     if abs(value) >= 2**64:
         raise CommandError(errors.INVALID_CURSOR)
     return value % 2**64

@@ -53,7 +53,10 @@ def parse(text: bytes) -> Number | None:
     # The value is mantissa * radix**power; its binary magnitude decides overflow and underflow before the
     # exact rational is built, so "1e999999999" costs nothing.
     radix = 10 if base == 10 else 2
-    power = int(m[5] or b"0") - len(frac) * (1 if base == 10 else 4)
+    exponent = _exponent(m[5] or b"0")
+    if exponent is None:  # beyond any long double either way: overflow, or underflow to zero
+        return None
+    power = exponent - len(frac) * (1 if base == 10 else 4)
     magnitude_bits = mantissa.bit_length() + power * math.log2(radix)  # log2 of the value, at most 1 over
     if magnitude_bits > 16384 + 8 or magnitude_bits < -16445 - 8:
         return None  # strtold's ERANGE: overflow to HUGE_VALL, or underflow to zero
@@ -82,6 +85,15 @@ def format_human(value: Fraction) -> bytes:
     text = _to_decimal(digits).rjust(18, "0")
     text = f"{'-' if value < 0 else ''}{text[:-17]}.{text[-17:]}".rstrip("0").rstrip(".")
     return b"0" if text == "-0" else text.encode()
+
+
+def _exponent(text: bytes) -> int | None:
+    """The exponent's value, or None when it has more than 7 significant digits: then the number overflows or
+    underflows whatever its up to 5119 mantissa digits are (and the text may pass CPython's 4300-digit limit)."""
+    digits = text.lstrip(b"+-").lstrip(b"0")
+    if len(digits) > 7:
+        return None
+    return -int(digits or b"0") if text[:1] == b"-" else int(digits or b"0")
 
 
 _CHUNK = 4000  # CPython refuses int <-> decimal text conversions past 4300 digits (sys.int_info)

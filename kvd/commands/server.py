@@ -235,7 +235,7 @@ def config_set(c: Client, argv: list[Any]) -> None:
 
     seen: set[str] = set()
     for i in range(2, len(argv), 2):  # every name before any value, in order, as Redis's configSetCommand
-        name, given = text(argv[i]).strip().lower(), errors.c_string(argv[i])
+        name, given = text(argv[i]).lower(), errors.c_string(argv[i])  # " maxmemory" is no name, as in Redis
         if not is_setting(name):
             raise CommandError(f"ERR Unknown option or number of arguments for CONFIG SET - '{given}'")
         if name in seen:

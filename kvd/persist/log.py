@@ -136,6 +136,7 @@ class SegmentLog(SegmentLogHooks):
 
         # counters
         self.appended_records = 0
+        self.carried_records = 0  # of those, the copies compaction appended (not client writes)
         self.appended_bytes = 0
         self.compactions = 0
         self.compacted_bytes = 0

@@ -285,6 +285,7 @@ async def _carry_forward(log: SegmentLog, job: Job, records: list[Record]) -> No
                     continue
             new = log._append(SET, r.key, value, expire, carried_from=loc)
             assert new is not None
+            log.carried_records += 1
             owner.relocated(r.key, loc, new)
             seg.live = max(0, seg.live - r.record_len)
             carried += r.record_len
@@ -300,8 +301,10 @@ async def _carry_forward(log: SegmentLog, job: Job, records: list[Record]) -> No
             h = hash(r.key)
             if any(h in s.set_keys for s in older):
                 log._append(r.rtype, r.key, b"", r.expire, lsn=r.lsn)
+                log.carried_records += 1
         elif r.rtype == FLUSH and older:
             log._append(FLUSH, b"", b"", 0, lsn=r.lsn)
+            log.carried_records += 1
     if _stop(log, job):
         return
     if not await log.durable() or job.aborted:

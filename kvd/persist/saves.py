@@ -24,7 +24,7 @@ class Saves:
         self.log = seg_log
         self.last_save = int(started_at)  # as Redis: the start (what recovery loaded was on disk already)
         self.last_ok = True
-        self._records_at_save = seg_log.appended_records if seg_log is not None else 0
+        self._records_at_save = _written_by_clients(seg_log) if seg_log is not None else 0
         self._running: asyncio.Future[bool] | None = None
         self._next: asyncio.Future[bool] | None = None
 
@@ -33,7 +33,7 @@ class Saves:
         return self._running is not None
 
     def changes_since_last_save(self) -> int:
-        return self.log.appended_records - self._records_at_save if self.log is not None else 0
+        return _written_by_clients(self.log) - self._records_at_save if self.log is not None else 0
 
     def save(self) -> asyncio.Future[bool]:
         """A future for a save that covers everything appended up to now: True once it is fsynced. A save
@@ -48,7 +48,7 @@ class Saves:
 
     def _start(self) -> asyncio.Future[bool]:
         assert self.log is not None
-        records = self.log.appended_records
+        records = _written_by_clients(self.log)
         future = self.log.durable()
         future.add_done_callback(lambda f: self._done(f, records))
         return future
@@ -67,3 +67,8 @@ class Saves:
 
 def _succeeded(future: asyncio.Future[bool]) -> bool:
     return not future.cancelled() and future.result()
+
+
+def _written_by_clients(seg_log: SegmentLog) -> int:
+    """Records appended for clients' writes: compaction's copies are not changes (INFO rdb_changes_since_...)."""
+    return seg_log.appended_records - seg_log.carried_records

@@ -393,3 +393,12 @@ def test_setrange_and_append_stop_at_proto_max_bulk_len(server):
         assert c.command("SETRANGE", "s", "13", "!") == b":14\r\n"
         assert c.command("GET", "s") == b"$14\r\nHello Redis\x00\x00!\r\n"
         assert c.command("SUBSTR", "s", "0", "4") == b"$5\r\nHello\r\n"
+
+
+def test_very_long_numbers_are_refused_not_crashed_on(server):
+    """Numbers longer than CPython's 4300-digit limit for int() (checked against redis-server 7.0.15)."""
+    with server.raw() as c:
+        assert c.command("SCAN", "1" * 5000) == b"-ERR invalid cursor\r\n"
+        assert c.command("SCAN", "0" * 5000) == b"*2\r\n$1\r\n0\r\n*0\r\n"
+        assert c.command("INCRBYFLOAT", "f", "1e" + "9" * 400) == b"-ERR value is not a valid float\r\n"
+        assert c.command("INCRBYFLOAT", "f", "1e" + "0" * 5000 + "1") == b"$2\r\n10\r\n"

@@ -46,3 +46,6 @@ def test_range_ends_and_infinities():
     assert longdouble.add(inf, longdouble.parse(b"-Infinity")) is None  # NaN
     assert longdouble.add(big, big) == inf  # the sum overflows
     assert longdouble.parse(b"0e99999") == 0
+    # exponents past any long double, and past CPython's 4300-digit limit on int(): no exception
+    assert longdouble.parse(b"1e" + b"9" * 400) is None and longdouble.parse(b"1e-" + b"9" * 400) is None
+    assert longdouble.format_human(longdouble.parse(b"1e" + b"0" * 5000 + b"1")) == b"10"  # Redis: 10
