@@ -297,9 +297,21 @@ class Client(asyncio.BufferedProtocol):
         self._log_dirty = True
         if result is None:
             self._write_spans.append((start, len(self._out)))
-        if self._monitors:  # after the reply's span: a monitor that writes itself holds its line with the reply
+        else:  # it waits for the disk first (a cold value): its reply gets its span when it is written
+            result = self._write_reply_after(result)
+        if self._monitors:  # after it ran, as for the commands above
             self.feed_monitors(cmd, argv)
         return result
+
+    async def _write_reply_after(self, pending: Any) -> None:
+        """Await a write that first read a cold value, then mark its reply as a write's, so that a failed log
+        write turns it into -MISCONF like any other (``_release``). An error raised instead has no span."""
+        start = len(self._out)
+        try:
+            await pending
+        finally:
+            if len(self._out) > start:
+                self._write_spans.append((start, len(self._out)))
 
     def _run_landed(self, argv: list[Any]) -> bool:
         """Run a SET that the C receiver landed whole (``kvd/protocol/landing.py``) from the read callback itself,
@@ -553,27 +565,32 @@ class Client(asyncio.BufferedProtocol):
                 self.keyspace.unwatch(key)
             self._watched.clear()
 
-    def exec_multi(self) -> Any:
+    def exec_multi(self, exec_argv: list[Any]) -> Any:
+        """EXEC's work: the queue in order, or EXECABORT, or a null array for a changed WATCHed key. MONITOR
+        shows ``exec_argv`` after the commands it ran, also when one of them waited for the disk."""
         queued, aborted = self._multi or [], self._multi_error
         intact = all(self.keyspace.changes(key) == seen for key, seen in self._watched.items())
         self.discard_multi()
-        if aborted:
-            self.reply.error("EXECABORT Transaction discarded because of previous errors.")
-            return None
-        if not intact:
-            self.reply.null_array()
+        if aborted or not intact:
+            if aborted:
+                self.reply.error("EXECABORT Transaction discarded because of previous errors.")
+            else:
+                self.reply.null_array()
+            self.feed_monitors(COMMANDS[b"exec"], exec_argv)
             return None
         self.reply.array(len(queued))
         self.executing_transaction = True
         for i, argv in enumerate(queued):
             pending = self._execute(argv)
             if pending is not None:
-                return self._exec_rest(pending, queued[i + 1 :])
+                return self._exec_rest(pending, queued[i + 1 :], exec_argv)
         self.executing_transaction = False
+        self.feed_monitors(COMMANDS[b"exec"], exec_argv)
         return None
 
-    async def _exec_rest(self, pending: Any, rest: list[list[Any]]) -> None:
-        """The part of an EXEC after a command that had to wait for the disk."""
+    async def _exec_rest(self, pending: Any, rest: list[list[Any]], exec_argv: list[Any]) -> None:
+        """The part of an EXEC after a command that had to wait for the disk. Every queued command gets a reply,
+        whatever fails, so the array EXEC announced is complete."""
         try:
             while True:
                 try:
@@ -582,6 +599,9 @@ class Client(asyncio.BufferedProtocol):
                     self.reply.error(exc.message)
                 except OutOfMemory:
                     self.reply.error(errors.OOM)
+                except Exception as exc:
+                    log.exception("internal error in %s", self.last_command)
+                    self.reply.error(f"ERR internal error in '{self.last_command}': {type(exc).__name__}")
                 pending = None
                 while rest and pending is None:
                     pending = self._execute(rest.pop(0))
@@ -589,6 +609,7 @@ class Client(asyncio.BufferedProtocol):
                     return
         finally:
             self.executing_transaction = False
+            self.feed_monitors(COMMANDS[b"exec"], exec_argv)
 
     @property
     def busy(self) -> bool:

@@ -151,6 +151,9 @@ def reset(c: Client, argv: list[Any]) -> None:
         c.discard_multi()
     c.unwatch()
     c.set_authenticated(not c.server.settings.requirepass)
+    if c.monitoring:  # as Redis's RESET: no longer a monitor
+        c.monitoring = False
+        c.server.monitors.discard(c)
     c.reply.raw(b"+RESET\r\n")
 
 

@@ -42,12 +42,10 @@ def multi(c: Client, argv: list[Any]) -> None:
     summary="Executes all commands in a transaction.",
 )
 def exec_(c: Client, argv: list[Any]) -> Any:
-    try:
-        if not c.in_multi:
-            raise CommandError("ERR EXEC without MULTI")
-        return c.exec_multi()
-    finally:  # MONITOR shows EXEC after the commands it ran, as Redis does
-        c.feed_monitors(COMMANDS[b"exec"], argv)
+    if not c.in_multi:
+        c.feed_monitors(COMMANDS[b"exec"], argv)  # it ran, so MONITOR shows it, as Redis does
+        raise CommandError("ERR EXEC without MULTI")
+    return c.exec_multi(argv)  # shows EXEC itself, after the commands it runs
 
 
 @command("discard", 1, f"{FAST}", group=G, since="2.0.0", summary="Discards a transaction.")

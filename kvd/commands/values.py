@@ -31,7 +31,7 @@ def with_current(c: Client, key: bytes, use: Callable[[Value | None, int], None]
         return None
     value = ks.get(key)
     if value is None or isinstance(value, bytes | bytearray | memoryview):
-        use(value, entry.expire_at)
+        use(value, entry.expire_at if value is not None else 0)  # None: it expired in between
         return None
 
     async def read_then_use() -> None:
@@ -45,7 +45,7 @@ def with_current(c: Client, key: bytes, use: Callable[[Value | None, int], None]
                 return
             entry, value = current, ks.get(key)
             if value is None or isinstance(value, bytes | bytearray | memoryview):
-                use(value, current.expire_at)
+                use(value, current.expire_at if value is not None else 0)
                 return
 
     return read_then_use()

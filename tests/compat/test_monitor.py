@@ -77,6 +77,9 @@ def test_a_monitor_sees_its_own_commands_and_may_not_touch_keys(server):
         with server.raw() as c:
             assert c.command("GET", "k") == b"$-1\r\n"
             assert shown(watcher, 1, c.sock.getsockname()[1]) == [b'"GET" "k"']
+            assert watcher.command("RESET") == b"+RESET\r\n"  # no longer a monitor
+            assert c.command("PING") == b"+PONG\r\n"
+            assert watcher.command("GET", "k") == b"$-1\r\n"  # the first thing it reads is this reply
 
 
 def test_monitor_inside_a_transaction_is_refused_at_exec(server):
@@ -92,3 +95,19 @@ def test_long_arguments_are_cut(server):
     with monitor(server) as watcher, server.raw() as c:
         assert c.command("SET", "big", b"z" * 1000) == b"+OK\r\n"
         assert shown(watcher, 1, c.sock.getsockname()[1]) == [b'"SET" "big" "' + b"z" * 256 + b'... (744 more bytes)"']
+
+
+@pytest.mark.kvd_only  # the disk tier
+def test_exec_shows_last_when_a_command_waited_for_the_disk(server_factory):
+    srv = server_factory(persistence=True, maxmemory="4mb")
+    r = srv.client()
+    r.set("cold", b"c" * 10)
+    r.mset({f"fill{i}": b"f" * (1 << 20) for i in range(8)})  # "cold" is demoted: its GET reads the disk
+    hits = r.info("kvd")["disk_hits"]
+    with monitor(srv) as watcher, srv.raw() as c:
+        for request in (["MULTI"], ["GET", "cold"], ["PING"]):
+            c.command(*request)
+        assert c.command("EXEC") == b"*2\r\n$10\r\n" + b"c" * 10 + b"\r\n+PONG\r\n"
+        lines = shown(watcher, 4, c.sock.getsockname()[1])
+    assert r.info("kvd")["disk_hits"] > hits
+    assert lines == [b'"MULTI"', b'"GET" "cold"', b'"PING"', b'"EXEC"']

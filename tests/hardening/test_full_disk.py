@@ -106,3 +106,22 @@ def test_full_disk_misconf_reads_go_on_writes_resume(small_fs, kvd_factory):
     assert r.exists("refused") == 0
     with contextlib.suppress(Exception):
         r.close()
+
+
+def test_a_write_that_read_a_cold_value_gets_misconf_when_its_record_fails(small_fs, kvd_factory):
+    """APPEND of a value on disk waits for the read, then appends its record. If that record's write fails,
+    the reply must be -MISCONF like any write's: it once went out as success, for a write that was lost."""
+    srv = kvd_factory("--persistence", "yes", "--maxmemory", "2mb", "--segment-size", "1mb",
+                      data_dir=small_fs / "data")  # fmt: skip
+    r = srv.client(socket_timeout=30)
+    r.set("c", b"old")
+    for i in range(8):  # 4 MiB through a 2 MiB RAM tier: "c", the oldest, is demoted to disk
+        r.set(f"fill:{i}", value_for(i, 512 * KiB))
+    hits = r.info("kvd")["disk_hits"]
+    with pytest.raises(redis.ResponseError, match=r"^MISCONF"):
+        r.append("c", value_for(99, 5 * MiB))  # more than the filesystem has left
+    assert r.info("kvd")["disk_hits"] > hits  # it did read "c" from disk first
+    assert r.info("persistence").get("aof_last_write_status") == "err"
+    srv.kill9()
+    srv.start()
+    assert srv.client(socket_timeout=30).get("c") == b"old"  # the refused APPEND left nothing behind
