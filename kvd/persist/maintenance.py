@@ -125,13 +125,15 @@ def pick_job(log: SegmentLog) -> Job | None:
         if not sealing and log._active is not None and log._tail > FILE_HDR_SIZE:
             log._roll()  # only the active segment is left: seal it so it can be retired
         return None
+    if log.rewrite_pending is not None:  # before the ordinary candidates, which a busy log never runs out of
+        job = _next_rewrite(log)
+        if job is not None:
+            return job
     if candidates:
         seg = max(candidates, key=lambda s: s.dead_ratio())
         if log.rewrite_pending is not None:
             log.rewrite_pending.discard(seg.id)  # compacted now: the rewrite need not do it again
         return Job(seg, "compact")
-    if log.rewrite_pending is not None:
-        return _next_rewrite(log)
     return None
 
 
