@@ -278,7 +278,7 @@ class Client(asyncio.BufferedProtocol):
             try:
                 result = cmd.handler(self, argv)
             except Exception as exc:
-                self._command_failed(cmd, exc)
+                self._command_failed(cmd.name, exc)
                 result = None
             if self._monitors and cmd.name != "exec":  # after it ran, as Redis's call(); EXEC feeds itself
                 self.feed_monitors(cmd, argv)
@@ -292,7 +292,7 @@ class Client(asyncio.BufferedProtocol):
         try:
             result = cmd.handler(self, argv)
         except Exception as exc:
-            self._command_failed(cmd, exc)
+            self._command_failed(cmd.name, exc)
             result = None
         self._log_dirty = True
         if result is None:
@@ -367,26 +367,25 @@ class Client(asyncio.BufferedProtocol):
         self.reply.error(message)
         return None
 
-    def _command_failed(self, cmd: Any, exc: Exception) -> None:
+    def _command_failed(self, name: str, exc: Exception) -> None:
         """A handler raised: a refusal becomes its error reply; a bug costs one reply, not the connection."""
         if isinstance(exc, CommandError):
             self.reply.error(exc.message)
         elif isinstance(exc, OutOfMemory):
             self.reply.error(errors.OOM)
         else:
-            log.error("internal error in %s", cmd.name, exc_info=exc)
-            self.reply.error(f"ERR internal error in '{cmd.name}': {type(exc).__name__}")
+            log.error("internal error in %s", name, exc_info=exc)
+            self.reply.error(f"ERR internal error in '{name}': {type(exc).__name__}")
 
-    async def _resume_after(self, pending: Any) -> None:
+    async def _settle(self, pending: Any) -> None:
+        """Await a command that waited for the disk; a failure becomes its reply, as for a command that did not."""
         try:
             await pending
-        except CommandError as exc:
-            self.reply.error(exc.message)
-        except OutOfMemory:
-            self.reply.error(errors.OOM)
         except Exception as exc:
-            log.exception("internal error in %s", self.last_command)
-            self.reply.error(f"ERR internal error in '{self.last_command}': {type(exc).__name__}")
+            self._command_failed(self.last_command, exc)
+
+    async def _resume_after(self, pending: Any) -> None:
+        await self._settle(pending)
         self._busy = False
         if not self._closed:
             if not self._log_dirty:
@@ -593,15 +592,7 @@ class Client(asyncio.BufferedProtocol):
         whatever fails, so the array EXEC announced is complete."""
         try:
             while True:
-                try:
-                    await pending
-                except CommandError as exc:
-                    self.reply.error(exc.message)
-                except OutOfMemory:
-                    self.reply.error(errors.OOM)
-                except Exception as exc:
-                    log.exception("internal error in %s", self.last_command)
-                    self.reply.error(f"ERR internal error in '{self.last_command}': {type(exc).__name__}")
+                await self._settle(pending)
                 pending = None
                 while rest and pending is None:
                     pending = self._execute(rest.pop(0))
