@@ -17,6 +17,7 @@ def _info_kvd(r: redis.Redis) -> dict:
     return r.info("kvd")
 
 
+@pytest.mark.kvd_only  # kvd's allkeys-lru default and exact LRU
 def test_lru_eviction_without_persistence_keeps_recent_keys(server_factory):
     srv = server_factory("--persistence", "no", "--maxmemory", "8mb")
     r = srv.client()
@@ -35,6 +36,7 @@ def test_lru_eviction_without_persistence_keeps_recent_keys(server_factory):
     assert r.get("k11") == value  # the newest survives
 
 
+@pytest.mark.kvd_only  # the disk tier
 def test_eviction_with_persistence_loses_nothing(server_factory):
     srv = server_factory("--persistence", "yes", "--maxmemory", "8mb")
     r = srv.client()
@@ -66,6 +68,7 @@ def test_noeviction_policy_refuses_writes_with_oom(server_factory):
     assert r.dbsize() == stored
 
 
+@pytest.mark.kvd_only  # kvd evicts at once under allkeys-lru
 def test_config_set_maxmemory_shrinks_now(server_factory):
     srv = server_factory("--persistence", "no", "--maxmemory", "64mb")
     r = srv.client()
@@ -79,6 +82,7 @@ def test_config_set_maxmemory_shrinks_now(server_factory):
     assert r.dbsize() < 20
 
 
+@pytest.mark.kvd_only  # the disk tier
 def test_value_larger_than_ram_tier_does_not_flush_it(server_factory):
     srv = server_factory("--persistence", "yes", "--maxmemory", "8mb")
     r = srv.client()

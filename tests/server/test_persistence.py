@@ -133,6 +133,7 @@ def test_kill9_during_compaction_loses_nothing_acknowledged(server_factory):
         assert r.dbsize() == 48
 
 
+@pytest.mark.kvd_only  # INFO's recovery_* fields
 def test_restart_keeps_values_ttls_and_deletes(server_factory):
     srv = server_factory("--persistence", "yes")
     r = srv.client()
@@ -291,6 +292,7 @@ def test_unusable_dir_is_a_one_line_error(tmp_path):
     assert proc.stderr.count("\n") == 1 and "dir" in proc.stderr
 
 
+@pytest.mark.kvd_only  # starts kvd itself on the directory
 def test_second_daemon_on_same_dir_is_refused(server_factory):
     srv = server_factory("--persistence", "yes")
     proc = subprocess.run(
