@@ -221,6 +221,23 @@ class Settings:
         "choice", "info", "debug | info | warning", "Logging", choices=("debug", "info", "warning"), runtime=True
     )
     logfile: str = _key("str", "", "log file (empty = stderr)", "Logging")
+    # Diagnostics
+    slowlog_log_slower_than: int = _key(
+        "int",
+        10000,
+        "SLOWLOG keeps commands that took this many microseconds or more (0 = every command, negative = none)",
+        "Diagnostics",
+        runtime=True,
+    )
+    slowlog_max_len: int = _key("int", 128, "SLOWLOG keeps this many entries", "Diagnostics", low=0, runtime=True)
+    latency_monitor_threshold: int = _key(
+        "int",
+        0,
+        "LATENCY records events that took this many milliseconds or more (0 = off)",
+        "Diagnostics",
+        low=0,
+        runtime=True,
+    )
     # Not a key: where the settings came from (None = defaults and command line only).
     config_file: str | None = None
 

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 from kvd import monitor
 from kvd.commands import COMMANDS
-from kvd.commands.registry import ADMIN, ALIASES, NO_MULTI, NOAUTH, READONLY, subcommand_error
+from kvd.commands.registry import ADMIN, ALIASES, FAST, NO_MULTI, NOAUTH, READONLY, subcommand_error
 from kvd.protocol import errors, lowat
 from kvd.protocol.errors import CommandError, DropConnection, ProtocolError
 from kvd.protocol.lowat import ReceiveLowWater
@@ -55,12 +55,13 @@ from kvd.store.keyspace import OutOfMemory
 
 if TYPE_CHECKING:
     from kvd.server import Server
-    from kvd.stats import ServerStats
+    from kvd.stats import CommandStats, ServerStats
 
 log = logging.getLogger("kvd.client")
 
 _SECURITY_ATTACK = (b"post", b"host:")
 _monotonic = time.monotonic
+_clock = time.perf_counter_ns
 _SET = COMMANDS[b"set"]  # what a landed request may run as from the read callback (it never awaits the disk)
 _RUN_IN_MULTI = frozenset({"exec", "discard", "multi", "watch", "quit", "reset"})  # not queued after MULTI
 
@@ -76,7 +77,9 @@ class Client(asyncio.BufferedProtocol):
         self._monitors = server.monitors  # the server's set, shared: empty unless someone sent MONITOR
         self.id = server.next_client_id()
         self._out: list[Buffer] = []
-        self.reply = ReplyWriter(self._out, 2)
+        self.reply = ReplyWriter(self._out, 2, server.stats.count_error)
+        self._command_table = server.stats.commands  # the server's, cached: read once per command
+        self._watch_ns = server.watch_ns  # SLOWLOG / latency monitor threshold (set_watch_ns on CONFIG SET)
         settings = server.settings
         self.authenticated = not settings.requirepass
         self.parser = RequestParser(
@@ -250,68 +253,113 @@ class Client(asyncio.BufferedProtocol):
             cmd = COMMANDS.get(name)
             if cmd is None:
                 return self._unknown_command(name, argv)
-        stats = self.stats
-        stats.commands_processed += 1
         self.last_command = cmd.name
         arity = cmd.arity
         if (arity > 0 and len(argv) != arity) or len(argv) < -arity:
-            return self._refuse(cmd, errors.wrong_arity(cmd.name))
+            return self._refuse(cmd, errors.wrong_arity(cmd.name), argv)
+        if cmd.subcommands and len(argv) > 1:
+            # As Redis's processCommand: an unknown subcommand or its wrong count before anything else (NOAUTH,
+            # queueing after MULTI); the handler then only dispatches.
+            refused = subcommand_error(cmd, argv)
+            if refused is not None:
+                return self._refuse(cmd, refused, argv)
         if not self.authenticated and NOAUTH not in cmd.flags:
-            # As Redis's processCommand: a wrong count or an unknown subcommand is reported before NOAUTH.
-            refused = subcommand_error(cmd, argv) if cmd.subcommands and len(argv) > 1 else None
-            return self._refuse(cmd, refused or errors.NOAUTH)
+            return self._refuse(cmd, errors.NOAUTH, argv)
         if self._monitors and self.monitoring and (cmd.is_write or READONLY in cmd.flags):
-            return self._refuse(cmd, "ERR Replica can't interact with the keyspace")  # Redis's words for monitors
+            return self._refuse(cmd, "ERR Replica can't interact with the keyspace", argv)  # Redis's words
         if self._multi is not None and cmd.name not in _RUN_IN_MULTI:
             if NO_MULTI in cmd.flags:
-                return self._refuse(cmd, "ERR Command not allowed inside a transaction")
-            refused = subcommand_error(cmd, argv) if cmd.subcommands and len(argv) > 1 else None
-            if refused is not None:
-                return self._refuse(cmd, refused)
+                return self._refuse(cmd, "ERR Command not allowed inside a transaction", argv)
             self._multi.append(argv)
             self.reply.raw(b"+QUEUED\r\n")
             return None
-        calls = stats.calls
         seg_log = self.keyspace.log
-        if not cmd.is_write or seg_log is None:
-            calls[cmd.name] = calls.get(cmd.name, 0) + 1
-            try:
-                result = cmd.handler(self, argv)
-            except Exception as exc:
-                self._command_failed(cmd.name, exc)
-                result = None
-            if self._monitors and cmd.name != "exec":  # after it ran, as Redis's call(); EXEC feeds itself
-                self.feed_monitors(cmd, argv)
-            return result
-        refused = seg_log.misconf()
-        if refused:
-            self.reply.error(refused)
-            return None
-        calls[cmd.name] = calls.get(cmd.name, 0) + 1
-        start = len(self._out)
+        logged = cmd.is_write and seg_log is not None
+        if logged:
+            refused = seg_log.misconf()
+            if refused:
+                return self._refuse(cmd, refused, argv, in_multi=False)
+            start = len(self._out)
+        errors_before = self.reply.errors
+        started = _clock()
         try:
             result = cmd.handler(self, argv)
         except Exception as exc:
-            self._command_failed(cmd.name, exc)
+            if self._command_failed(cmd.name, exc):
+                return self._refuse(cmd, "", argv, in_multi=False, replied=True)
             result = None
-        self._log_dirty = True
         if result is None:
-            self._write_spans.append((start, len(self._out)))
-        else:  # it waits for the disk first (a cold value): its reply gets its span when it is written
-            result = self._write_reply_after(result)
-        if self._monitors:  # after it ran, as for the commands above
+            # INFO commandstats, SLOWLOG and the latency monitor, inline: this runs for every command (about
+            # 0.3 us, half of it the two clock reads; docs/benchmarks.md).
+            elapsed = _clock() - started
+            stat = self._command_table.get(cmd.name) if not cmd.subcommands else None
+            if stat is None:
+                stat = self._command_stats(cmd, argv)
+            if stat is not None:
+                stat.calls += 1
+                stat.ns += elapsed
+                stat.hist[(elapsed >> 10).bit_length()] += 1
+                if self.reply.errors != errors_before:
+                    stat.failed += 1
+            if elapsed >= self._watch_ns:
+                self._slow(cmd, argv, elapsed)
+        else:  # it waits for the disk first (a cold value): accounted, and a write's reply marked, when done
+            result = self._finish_after(result, cmd, argv, started, errors_before, logged)
+        if logged:
+            self._log_dirty = True
+            if result is None:
+                self._write_spans.append((start, len(self._out)))
+        if self._monitors and cmd.name != "exec":  # after it ran, as Redis's call(); EXEC feeds itself
             self.feed_monitors(cmd, argv)
         return result
 
-    async def _write_reply_after(self, pending: Any) -> None:
-        """Await a write that first read a cold value, then mark its reply as a write's, so that a failed log
-        write turns it into -MISCONF like any other (``_release``). An error raised instead has no span."""
-        start = len(self._out)
+    async def _finish_after(
+        self, pending: Any, cmd: Any, argv: list[Any], started: int, errors_before: int, logged: bool
+    ) -> None:
+        """Await a command that first read a cold value, make a failure its reply, and account for it as
+        ``_execute`` does for the others. A write's reply is marked as a write's, so that a failed log write
+        turns it into -MISCONF like any other (``_release``)."""
+        out_start = len(self._out)
         try:
             await pending
-        finally:
-            if len(self._out) > start:
-                self._write_spans.append((start, len(self._out)))
+        except Exception as exc:
+            if self._command_failed(cmd.name, exc):
+                self._refuse(cmd, "", argv, replied=True)
+                return
+        else:
+            if logged and len(self._out) > out_start:
+                self._write_spans.append((out_start, len(self._out)))
+        elapsed = _clock() - started
+        stat = self._command_stats(cmd, argv)
+        if stat is not None:
+            stat.calls += 1
+            stat.ns += elapsed
+            stat.hist[min((elapsed >> 10).bit_length(), stat.BUCKETS - 1)] += 1
+            if self.reply.errors != errors_before:
+                stat.failed += 1
+        if elapsed >= self._watch_ns:
+            self._slow(cmd, argv, elapsed)
+
+    def _command_stats(self, cmd: Any, argv: list[Any]) -> CommandStats | None:
+        """The counters for ``argv``: a subcommand's own (``client|list``) as in Redis; None for an unknown
+        subcommand, which Redis counts under no command."""
+        if cmd.subcommands and len(argv) > 1:
+            sub = bytes(argv[1]).lower().decode("utf-8", "replace")
+            if sub not in cmd.subcommands:
+                return None
+            return self.stats.command(f"{cmd.name}|{sub}")
+        return self.stats.command(cmd.name)
+
+    def _slow(self, cmd: Any, argv: list[Any], elapsed: int) -> None:
+        """A command that reached ``watch_ns``: to SLOWLOG (EXEC excepted: the commands it ran are there) and to
+        the latency monitor, each if it reached that one's own threshold."""
+        server = self.server
+        if cmd.name != "exec":
+            server.slowlog.push(argv, elapsed, self.addr, self.name)
+        server.latency.add("fast-command" if FAST in cmd.flags else "command", elapsed / 1e9)
+
+    def set_watch_ns(self, watch_ns: int) -> None:
+        self._watch_ns = watch_ns
 
     def _run_landed(self, argv: list[Any]) -> bool:
         """Run a SET that the C receiver landed whole (``kvd/protocol/landing.py``) from the read callback itself,
@@ -343,39 +391,48 @@ class Client(asyncio.BufferedProtocol):
         return True
 
     def _unknown_command(self, name: bytes, argv: list[Any]) -> None:
-        self.stats.commands_processed += 1
         if name in _SECURITY_ATTACK:
             log.warning("possible SECURITY ATTACK detected from %s: %r as a command; closing", self.addr, name)
             self._queue.clear()
             self.kill()
             return None
-        self.stats.unknown_commands += 1
         if self._multi is not None:
             self._multi_error = True
         self.reply.error(errors.unknown_command(bytes(argv[0]), argv[1:]))
         return None
 
-    def _refuse(self, cmd: Any, message: str) -> None:
-        """A command refused before it runs or is queued (Redis's ``rejectCommand``): it makes a transaction
-        fail at EXEC, and a refused EXEC itself discards the transaction (``execCommandAbort``)."""
+    def _refuse(self, cmd: Any, message: str, argv: list[Any], in_multi: bool = True, replied: bool = False) -> None:
+        """A command refused before it runs or is queued (Redis's ``rejectCommand``): counted in its
+        ``rejected_calls``; it makes a transaction fail at EXEC, and a refused EXEC itself discards the
+        transaction (``execCommandAbort``). ``in_multi`` False: refused when it was to run, not to be queued
+        (MISCONF, OOM: Redis checks those before queueing too; kvd when the command runs, EXEC's included).
+        ``replied``: the error is already written."""
+        stat = self._command_stats(cmd, argv)
+        if stat is not None:
+            stat.rejected += 1
+        if replied:
+            return None
         if cmd.name == "exec":
             self.discard_multi()
             self.reply.error(f"EXECABORT Transaction discarded because of: {message.removeprefix('ERR ')}")
             return None
-        if self._multi is not None:
+        if self._multi is not None and in_multi:
             self._multi_error = True
         self.reply.error(message)
         return None
 
-    def _command_failed(self, name: str, exc: Exception) -> None:
-        """A handler raised: a refusal becomes its error reply; a bug costs one reply, not the connection."""
+    def _command_failed(self, name: str, exc: Exception) -> bool:
+        """A handler raised: a refusal becomes its error reply; a bug costs one reply, not the connection.
+        True for OOM, which Redis counts as a rejection (it refuses before running the command)."""
         if isinstance(exc, CommandError):
             self.reply.error(exc.message)
         elif isinstance(exc, OutOfMemory):
             self.reply.error(errors.OOM)
+            return True
         else:
             log.error("internal error in %s", name, exc_info=exc)
             self.reply.error(f"ERR internal error in '{name}': {type(exc).__name__}")
+        return False
 
     async def _settle(self, pending: Any) -> None:
         """Await a command that waited for the disk; a failure becomes its reply, as for a command that did not."""
@@ -410,6 +467,7 @@ class Client(asyncio.BufferedProtocol):
             out = self._out
             for start, end in reversed(self._write_spans):
                 out[start:end] = [b"-" + errors.scrub(message).encode() + b"\r\n"]
+                self.stats.count_error(message)
         self._write_spans.clear()
         self._busy = False
         if self._closed:
@@ -579,15 +637,17 @@ class Client(asyncio.BufferedProtocol):
             return None
         self.reply.array(len(queued))
         self.executing_transaction = True
+        errors_before = self.reply.errors
         for i, argv in enumerate(queued):
             pending = self._execute(argv)
             if pending is not None:
-                return self._exec_rest(pending, queued[i + 1 :], exec_argv)
+                return self._exec_rest(pending, queued[i + 1 :], exec_argv, errors_before)
+        self.reply.errors = errors_before  # the commands' errors are theirs: EXEC itself did not fail (commandstats)
         self.executing_transaction = False
         self.feed_monitors(COMMANDS[b"exec"], exec_argv)
         return None
 
-    async def _exec_rest(self, pending: Any, rest: list[list[Any]], exec_argv: list[Any]) -> None:
+    async def _exec_rest(self, pending: Any, rest: list[list[Any]], exec_argv: list[Any], errors_before: int) -> None:
         """The part of an EXEC after a command that had to wait for the disk. Every queued command gets a reply,
         whatever fails, so the array EXEC announced is complete."""
         try:
@@ -599,6 +659,7 @@ class Client(asyncio.BufferedProtocol):
                 if pending is None:
                     return
         finally:
+            self.reply.errors = errors_before
             self.executing_transaction = False
             self.feed_monitors(COMMANDS[b"exec"], exec_argv)
 

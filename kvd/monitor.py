@@ -19,6 +19,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from kvd.redact import secrets
+
 ARG_LIMIT = 256
 REDACTED = b'"(redacted)"'
 
@@ -38,26 +40,6 @@ def quote(arg: bytes | bytearray | memoryview) -> bytes:
 def line(addr: str, argv: list[Any], now_us: int | None = None) -> bytes:
     """The MONITOR line for ``argv`` sent by the client at ``addr`` (``now_us``: Unix time in microseconds)."""
     seconds, micros = divmod(time.time_ns() // 1000 if now_us is None else now_us, 1_000_000)
-    secret = _secrets(argv)
+    secret = secrets(argv)
     quoted = [REDACTED if i in secret else quote(arg) for i, arg in enumerate(argv)]
     return b"+%d.%06d [0 %s] %s\r\n" % (seconds, micros, addr.encode(), b" ".join(quoted))
-
-
-def _secrets(argv: list[Any]) -> set[int]:
-    """The positions Redis redacts: AUTH's username and password, the two after HELLO's AUTH option."""
-    name = bytes(argv[0]).lower()
-    if name == b"auth":
-        return set(range(1, len(argv)))
-    if name != b"hello":
-        return set()
-    secret, i = set(), 2  # HELLO protover [AUTH user pass] [SETNAME name], read as helloCommand reads it
-    while i < len(argv):
-        option = bytes(argv[i]).lower()
-        if option == b"auth" and i + 2 < len(argv):
-            secret |= {i + 1, i + 2}
-            i += 3
-        elif option == b"setname" and i + 1 < len(argv):
-            i += 2
-        else:
-            break
-    return secret

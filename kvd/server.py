@@ -20,7 +20,9 @@ from typing import TYPE_CHECKING, Any
 
 from kvd.config import Settings
 from kvd.connection import Client, ReplyBatch
+from kvd.latency import LatencyMonitor
 from kvd.persist.saves import Saves
+from kvd.slowlog import SlowLog
 from kvd.stats import ServerStats, render_info
 
 if TYPE_CHECKING:
@@ -43,6 +45,11 @@ class Server:
         self.replies = ReplyBatch(self.stats)  # replies written together at the end of each loop iteration
         self.started_at = time.time()
         self.saves = Saves(keyspace.log, self.started_at)  # SAVE, BGSAVE, LASTSAVE (kvd/persist/saves.py)
+        self.slowlog = SlowLog(settings.slowlog_log_slower_than, settings.slowlog_max_len)
+        self.latency = LatencyMonitor(settings.latency_monitor_threshold)
+        if keyspace.log is not None:
+            keyspace.log.watch_latency(self.latency.add)
+        self.watch_ns = _watch_ns(settings)  # a command this slow goes to SLOWLOG and/or the latency monitor
         self.run_id = os.urandom(20).hex()
         self.bound_port = settings.port
         self.loop_name = "asyncio"
@@ -82,10 +89,14 @@ class Server:
         ks.policy = new.maxmemory_policy
         if new.maxmemory < old.maxmemory or new.maxmemory_policy != old.maxmemory_policy:
             ks._evict()
+        self.slowlog.configure(new.slowlog_log_slower_than, new.slowlog_max_len)
+        self.latency.threshold_ms = new.latency_monitor_threshold
+        self.watch_ns = _watch_ns(new)
         if ks.log is not None and new.appendfsync != old.appendfsync:
             ks.log.set_appendfsync(new.appendfsync)
         for client in self.clients.values():
             client.parser.set_limits(new.proto_max_bulk_len, new.client_query_buffer_limit)
+            client.set_watch_ns(self.watch_ns)
         logging.getLogger("kvd").setLevel(new.loglevel.upper())
         changed = [k for k in type(new).__dataclass_fields__ if getattr(old, k) != getattr(new, k)]
         if changed:
@@ -171,8 +182,12 @@ class Server:
         while True:
             await asyncio.sleep(0.1)
             try:
+                started = time.monotonic()
                 self.keyspace.expire_cycle()
                 now = time.monotonic()
+                self.latency.add("expire-cycle", now - started)
+                st = self.stats
+                st.ops_per_sec.sample(now, st.commands_processed(), st.net_input_bytes, st.net_output_bytes)
                 if self.settings.timeout and now - last_idle_check >= 1.0:
                     last_idle_check = now
                     for client in list(self.clients.values()):
@@ -181,6 +196,16 @@ class Server:
                             client.kill()
             except Exception:  # the tick must never die
                 log.exception("background tick failed")
+
+
+def _watch_ns(s: Settings) -> int:
+    """The shortest command duration that SLOWLOG or the latency monitor wants to see (ns; huge when neither)."""
+    limits = []
+    if s.slowlog_log_slower_than >= 0:
+        limits.append(s.slowlog_log_slower_than * 1000)
+    if s.latency_monitor_threshold > 0:
+        limits.append(s.latency_monitor_threshold * 1_000_000)
+    return min(limits, default=1 << 62)
 
 
 def is_loopback_address(address: str) -> bool:

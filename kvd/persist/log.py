@@ -120,6 +120,7 @@ class SegmentLog(SegmentLogHooks):
         self._retiring: set[int] = set()
         self._closing = False
         self._closed = False
+        self._latency: Callable[[str, float], None] | None = None
 
         self._loop: asyncio.AbstractEventLoop | None = None
         self._owner: LogOwner | None = None
@@ -212,11 +213,18 @@ class SegmentLog(SegmentLogHooks):
             log=self,
             logger=self.logger,
         )
+        self._writer.latency = self._latency
         self._writer.start()
         if self.appendfsync == "everysec":
             self._syncer = Syncer(self._writer, self._on_fsync_error, self.logger)
             self._syncer.start()
         self._tick_handle = loop.call_later(TICK_INTERVAL, self._tick)
+
+    def watch_latency(self, record: Callable[[str, float], None]) -> None:
+        """Report each segment write and each ``always`` fsync, in seconds, to ``record`` (kvd/latency.py)."""
+        self._latency = record
+        if self._writer is not None:
+            self._writer.latency = record
 
     # -- appends (loop thread) ---------------------------------------------------------------------------------
 

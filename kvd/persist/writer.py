@@ -133,6 +133,7 @@ class Writer(threading.Thread):
         self.failed = False
         self.fault: OSError | None = None
         self.stopped = False
+        self.latency: Callable[[str, float], None] | None = None  # the latency monitor's add (kvd/latency.py)
         # counters (written here, read on the loop: plain ints are fine under the GIL)
         self.write_batches = 0
         self.writev_calls = 0
@@ -242,16 +243,22 @@ class Writer(threading.Thread):
     def _fdatasync(self, fd: int) -> None:
         if self.fault is not None:
             raise self.fault
+        started = time.monotonic()
         os.fdatasync(fd)
         self.fsyncs += 1
         self.last_fsync = time.monotonic()
+        if self.always and self.latency is not None:
+            self.latency("aof-fsync-always", self.last_fsync - started)
 
     def _write_all(self, fd: int, bufs: list[memoryview], offset: int) -> None:
         started = time.monotonic()
         try:
             self._write_bufs(fd, bufs, offset)
         finally:
-            self.write_seconds += time.monotonic() - started
+            took = time.monotonic() - started
+            self.write_seconds += took
+            if self.latency is not None:
+                self.latency("aof-write", took)
 
     def _write_bufs(self, fd: int, bufs: list[memoryview], offset: int) -> None:
         i = 0

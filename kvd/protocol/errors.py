@@ -93,6 +93,11 @@ def unknown_subcommand(sub: bytes, container: str) -> str:
     return f"ERR unknown subcommand '{_clip(sub)}'. Try {container.upper()} HELP."
 
 
+def subcommand_syntax(sub: bytes, container: str) -> str:
+    """Redis's ``addReplySubcommandSyntaxError``: a subcommand's own arguments do not fit it."""
+    return f"ERR unknown subcommand or wrong number of arguments for '{_clip(sub)}'. Try {container.upper()} HELP."
+
+
 def c_string(raw: bytes | bytearray | memoryview) -> str:
     """User input as Redis's ``%s`` prints it into an error: up to the first NUL byte."""
     return _text(_before_nul(raw))

@@ -14,7 +14,7 @@ replies (``|``) are never sent: redis-py's pure-Python RESP3 parser cannot read 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from .errors import scrub
 
@@ -37,13 +37,18 @@ Buffer = bytes | bytearray | memoryview
 
 
 class ReplyWriter:
-    """Appends encoded replies to ``out``. ``proto`` is 2 or 3 and may change (HELLO)."""
+    """Appends encoded replies to ``out``. ``proto`` is 2 or 3 and may change (HELLO). ``errors`` counts the
+    error replies written (a command that adds to it failed: INFO commandstats), and ``on_error`` sees each
+    one's message (the server's INFO errorstats); it must not refer back to the connection, or the two would
+    form a cycle that outlives the socket until the garbage collector runs."""
 
-    __slots__ = ("out", "proto")
+    __slots__ = ("errors", "on_error", "out", "proto")
 
-    def __init__(self, out: list[Buffer], proto: int = 2) -> None:
+    def __init__(self, out: list[Buffer], proto: int = 2, on_error: Callable[[str], None] | None = None) -> None:
         self.out = out
         self.proto = proto
+        self.errors = 0
+        self.on_error = on_error
 
     def raw(self, data: bytes) -> None:
         self.out.append(data)
@@ -55,6 +60,9 @@ class ReplyWriter:
         self.out.append(b"+" + scrub(text).encode() + CRLF)
 
     def error(self, message: str) -> None:
+        self.errors += 1
+        if self.on_error is not None:
+            self.on_error(message)
         self.out.append(b"-" + scrub(message).encode("utf-8", "surrogateescape") + CRLF)
 
     def integer(self, n: int) -> None:

@@ -98,6 +98,9 @@ _REDIS_PASSTHROUGH = {
     "tcp-keepalive",
     "protected-mode",
     "databases",
+    "slowlog-log-slower-than",
+    "slowlog-max-len",
+    "latency-monitor-threshold",
 }
 _REDIS_LOGLEVEL = {"debug": "debug", "info": "notice", "warning": "warning", "notice": "notice"}
 

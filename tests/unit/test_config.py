@@ -388,6 +388,9 @@ def test_runtime_keys() -> None:
         "compaction-dead-ratio",
         "protected-mode",
         "tcp-keepalive",
+        "slowlog-log-slower-than",
+        "slowlog-max-len",
+        "latency-monitor-threshold",
     }
     assert expected == RUNTIME_KEYS
 

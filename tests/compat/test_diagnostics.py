@@ -1,0 +1,239 @@
+"""INFO commandstats / errorstats / latencystats, SLOWLOG and LATENCY: what monitoring tools read, checked
+against the counts and shapes redis-server gives for the same requests (KVD_TEST_TARGET=redis runs them all
+against it). Durations differ between the two servers; what is asserted of them is their shape and order."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from support.raw import RawConnection, parse
+
+pytestmark = [pytest.mark.compat, pytest.mark.timeout(120)]
+
+
+def info(conn: RawConnection, section: str) -> dict[str, str]:
+    text = parse(conn.command("INFO", section)).decode()
+    return dict(line.split(":", 1) for line in text.splitlines() if line and not line.startswith("#"))
+
+
+def fields(value: str) -> dict[str, str]:
+    return dict(part.split("=", 1) for part in value.split(","))
+
+
+def command_stats(conn: RawConnection) -> dict[str, dict[str, int]]:
+    rows = info(conn, "commandstats")
+    out = {}
+    for key, value in rows.items():
+        f = fields(value)
+        out[key.removeprefix("cmdstat_")] = {k: int(f[k]) for k in ("calls", "usec", "rejected_calls", "failed_calls")}
+        assert float(f["usec_per_call"]) == pytest.approx(int(f["usec"]) / max(int(f["calls"]), 1), abs=0.01)
+    return out
+
+
+def test_commandstats_count_calls_failures_and_refusals(server):
+    with server.raw() as c:
+        for request, reply in (
+            (["CONFIG", "RESETSTAT"], b"+OK\r\n"),  # forget the harness's PING
+            (["SET", "n", "1"], b"+OK\r\n"),
+            (["INCR", "n"], b":2\r\n"),
+            (["SET", "s", "x"], b"+OK\r\n"),
+            (["INCR", "s"], b"-ERR value is not an integer or out of range\r\n"),  # ran, failed
+            (["GET"], b"-ERR wrong number of arguments for 'get' command\r\n"),  # refused
+            (["CLIENT", "SETNAME"], b"-ERR wrong number of arguments for 'client|setname' command\r\n"),
+            (["CLIENT", "NOSUCH"], b"-ERR unknown subcommand 'NOSUCH'. Try CLIENT HELP.\r\n"),  # no command's
+            (["NOSUCH"], b"-ERR unknown command 'NOSUCH', with args beginning with: \r\n"),  # no command's
+            (["CLIENT", "SETNAME", "monitoring"], b"+OK\r\n"),
+            (["MULTI"], b"+OK\r\n"),
+            (["INCR", "n"], b"+QUEUED\r\n"),  # queued: counted when EXEC runs it
+            (["INCR", "s"], b"+QUEUED\r\n"),
+            (["EXEC"], b"*2\r\n:3\r\n-ERR value is not an integer or out of range\r\n"),  # EXEC did not fail
+            (["MULTI"], b"+OK\r\n"),
+            (["GET"], b"-ERR wrong number of arguments for 'get' command\r\n"),
+            (["EXEC"], b"-EXECABORT Transaction discarded because of previous errors.\r\n"),  # EXEC failed
+            (["EXEC"], b"-ERR EXEC without MULTI\r\n"),
+        ):
+            assert c.command(*request) == reply, request
+        stats = command_stats(c)
+        got = {name: {k: v for k, v in row.items() if k != "usec"} for name, row in stats.items()}
+        assert got == {
+            "config|resetstat": {"calls": 1, "rejected_calls": 0, "failed_calls": 0},
+            "set": {"calls": 2, "rejected_calls": 0, "failed_calls": 0},
+            "incr": {"calls": 4, "rejected_calls": 0, "failed_calls": 2},
+            "get": {"calls": 0, "rejected_calls": 2, "failed_calls": 0},
+            "client|setname": {"calls": 1, "rejected_calls": 1, "failed_calls": 0},
+            "multi": {"calls": 2, "rejected_calls": 0, "failed_calls": 0},
+            "exec": {"calls": 3, "rejected_calls": 0, "failed_calls": 2},
+        }
+        assert all(row["usec"] >= 0 for row in stats.values())
+        assert info(c, "errorstats") == {"errorstat_ERR": "count=8", "errorstat_EXECABORT": "count=1"}
+        assert int(info(c, "stats")["total_error_replies"]) == 9
+        # Commands that ran, refused ones not: RESETSTAT, SET, INCR, CLIENT SETNAME, MULTI, EXEC, three INFOs.
+        assert int(info(c, "stats")["total_commands_processed"]) == 1 + 2 + 4 + 1 + 2 + 3 + 3
+
+
+def test_config_resetstat_clears_the_counters(server):
+    with server.raw() as c:
+        c.command("GET", "x")
+        c.command("GET")
+        assert "get" in command_stats(c)
+        assert c.command("CONFIG", "RESETSTAT") == b"+OK\r\n"
+        assert set(command_stats(c)) == {"config|resetstat"}
+        assert info(c, "errorstats") == {}
+
+
+def test_latencystats_and_histogram_describe_each_command(server):
+    with server.raw() as c:
+        for i in range(200):
+            c.send_command("SET", f"k{i}", "v")
+        assert c.read_replies(200) == [b"+OK\r\n"] * 200
+        c.command("GET", "k1")
+        row = fields(info(c, "latencystats")["latency_percentiles_usec_set"])
+        assert list(row) == ["p50", "p99", "p99.9"]
+        p50, p99, p999 = (float(v) for v in row.values())
+        assert 0 < p50 <= p99 <= p999
+        hist = parse(c.command("LATENCY", "HISTOGRAM", "set", "nosuch"))
+        assert list(hist[::2]) == [b"set"]  # an unknown name is skipped
+        body = dict(zip(hist[1][::2], hist[1][1::2], strict=True))
+        assert body[b"calls"] == 200
+        buckets = body[b"histogram_usec"]
+        bounds, cumulative = buckets[::2], buckets[1::2]
+        assert bounds == sorted(bounds) and cumulative == sorted(cumulative) and cumulative[-1] == 200
+        everything = parse(c.command("LATENCY", "HISTOGRAM"))
+        assert {b"set", b"get"} <= set(everything[::2])
+        assert parse(c.command("LATENCY", "HISTOGRAM", "client")) == []  # no CLIENT subcommand has run
+
+
+def test_slowlog_keeps_what_redis_keeps(server):
+    with server.raw() as c:
+        assert c.command("CONFIG", "SET", "slowlog-log-slower-than", "0") == b"+OK\r\n"
+        assert c.command("SLOWLOG", "RESET") == b"+OK\r\n"
+        c.command("CLIENT", "SETNAME", "tracer")
+        c.command("SET", "big", "v" * 200)
+        c.command("MSET", *[f"k{i}" for i in range(40)])  # 40 arguments after MSET
+        c.command("AUTH", "secret")  # refused (no password), still logged, redacted
+        c.command("MULTI")
+        c.command("INCR", "n")
+        c.command("EXEC")  # its INCR is logged, EXEC itself is not
+        c.command("GET")  # refused before it ran: not logged
+        entries = parse(c.command("SLOWLOG", "GET", "-1"))
+        port = c.sock.getsockname()[1]
+        names = [e[3][0].lower() for e in entries]
+        # Newest first; SLOWLOG RESET is logged after it ran, so it is the oldest.
+        assert names == [b"incr", b"multi", b"auth", b"mset", b"set", b"client", b"slowlog"]
+        by_name = {e[3][0].lower(): e for e in entries}
+        ids = [e[0] for e in entries]
+        assert ids == sorted(ids, reverse=True) and len(set(ids)) == len(ids)
+        for entry in entries:
+            assert len(entry) == 6
+            assert abs(entry[1] - time.time()) < 60 and entry[2] >= 0
+            assert entry[4] == f"127.0.0.1:{port}".encode()
+        assert by_name[b"set"][5] == b"tracer"
+        assert by_name[b"set"][3] == [b"SET", b"big", b"v" * 128 + b"... (72 more bytes)"]
+        mset = by_name[b"mset"][3]
+        assert len(mset) == 32 and mset[:31] == [b"MSET"] + [f"k{i}".encode() for i in range(30)]
+        assert mset[31] == b"... (10 more arguments)"
+        assert by_name[b"auth"][3] == [b"AUTH", b"(redacted)"]
+        assert parse(c.command("SLOWLOG", "LEN")) == len(entries) + 1  # SLOWLOG GET itself, now
+        assert len(parse(c.command("SLOWLOG", "GET"))) == min(10, len(entries) + 2)
+        assert [e[3][:2] for e in parse(c.command("SLOWLOG", "GET", "2"))] == [
+            [b"SLOWLOG", b"GET"],
+            [b"SLOWLOG", b"LEN"],
+        ]
+        assert parse(c.command("SLOWLOG", "GET", "0")) == []
+        assert c.command("SLOWLOG", "GET", "-2") == b"-ERR count should be greater than or equal to -1\r\n"
+        assert c.command("SLOWLOG", "GET", "x") == b"-ERR count should be greater than or equal to -1\r\n"
+        assert c.command("SLOWLOG", "GET", "1", "2") == (
+            b"-ERR unknown subcommand or wrong number of arguments for 'GET'. Try SLOWLOG HELP.\r\n"
+        )
+        assert c.command("CONFIG", "SET", "requirepass", "hunter2") == b"+OK\r\n"
+        assert c.command("AUTH", "hunter2") == b"+OK\r\n"
+        newest = parse(c.command("SLOWLOG", "GET", "2"))
+        assert newest[0][3] == [b"AUTH", b"(redacted)"]
+        assert newest[1][3] == [b"CONFIG", b"SET", b"requirepass", b"(redacted)"]
+        # The bound: the newest entries stay.
+        assert c.command("CONFIG", "SET", "slowlog-max-len", "3") == b"+OK\r\n"
+        assert parse(c.command("SLOWLOG", "LEN")) == 3
+        assert [e[3][0] for e in parse(c.command("SLOWLOG", "GET"))][:2] == [b"SLOWLOG", b"CONFIG"]
+        # A negative threshold turns the log off.
+        assert c.command("CONFIG", "SET", "slowlog-log-slower-than", "-1") == b"+OK\r\n"
+        assert c.command("SLOWLOG", "RESET") == b"+OK\r\n"
+        c.command("SET", "a", "b")
+        assert parse(c.command("SLOWLOG", "LEN")) == 0
+
+
+def test_the_default_threshold_keeps_fast_commands_out(server):
+    with server.raw() as c:
+        for i in range(100):
+            c.send_command("SET", f"k{i}", "v")
+        c.read_replies(100)
+        entries = parse(c.command("SLOWLOG", "GET", "-1"))
+        assert all(e[2] >= 10_000 for e in entries)  # 10 ms, Redis's default; a SET of 1 byte is not that slow
+
+
+def test_latency_monitor_records_slow_commands(server):
+    with server.raw() as c:
+        assert parse(c.command("LATENCY", "LATEST")) == []  # off by default (threshold 0)
+        assert c.command("CONFIG", "SET", "latency-monitor-threshold", "1") == b"+OK\r\n"
+        args = [a for i in range(50_000) for a in (f"key:{i}", "v")]
+        assert c.command("MSET", *args) == b"+OK\r\n"  # well over 1 ms on either server
+        latest = parse(c.command("LATENCY", "LATEST"))
+        events = {row[0]: row for row in latest}
+        assert b"command" in events
+        _, when, ms, worst = events[b"command"]
+        assert abs(when - time.time()) < 60 and 1 <= ms <= worst
+        history = parse(c.command("LATENCY", "HISTORY", "command"))
+        assert history and all(len(row) == 2 and row[1] >= 1 for row in history)
+        assert parse(c.command("LATENCY", "HISTORY", "nosuch")) == []
+        graph = parse(c.command("LATENCY", "GRAPH", "command")).decode()
+        assert graph.startswith("command - high ") and "all time high" in graph
+        assert c.command("LATENCY", "GRAPH", "nosuch") == b"-ERR No samples available for event 'nosuch'\r\n"
+        doctor = parse(c.command("LATENCY", "DOCTOR")).decode()
+        assert "command" in doctor
+        assert parse(c.command("LATENCY", "RESET", "nosuch")) == 0
+        assert parse(c.command("LATENCY", "RESET", "COMMAND")) >= 1  # names match without case
+        assert b"command" not in {row[0] for row in parse(c.command("LATENCY", "LATEST"))}
+        assert parse(c.command("LATENCY", "RESET")) >= 0
+        assert parse(c.command("LATENCY", "LATEST")) == []
+
+
+def test_instantaneous_rates_follow_the_load(server):
+    with server.raw() as c:
+        deadline = time.monotonic() + 1.2
+        sent = 0
+        while time.monotonic() < deadline and sent < 200_000:
+            for _ in range(50):
+                c.send_command("PING")
+            c.read_replies(50)
+            sent += 50
+        stats = info(c, "stats")
+        assert int(stats["instantaneous_ops_per_sec"]) > 100
+        assert float(stats["instantaneous_input_kbps"]) > 0
+        assert float(stats["instantaneous_output_kbps"]) > 0
+
+
+@pytest.mark.kvd_only  # the disk tier: a command that waits for it is accounted when it completes
+def test_commands_that_read_the_disk_are_counted_and_logged(server_factory):
+    srv = server_factory(persistence="yes", maxmemory="4mb", slowlog_log_slower_than=0)
+    value = b"x" * (1 << 20)
+    with srv.raw() as c:
+        assert c.command("SET", "word", value) == b"+OK\r\n"  # not a number: INCR of it fails
+        for i in range(8):  # push "word" out of the RAM tier
+            assert c.command("SET", f"filler{i}", value) == b"+OK\r\n"
+        kvd = info(c, "kvd")
+        assert int(kvd["disk_only_keys"]) > 0
+        assert c.command("CONFIG", "RESETSTAT") == b"+OK\r\n"
+        assert c.command("SLOWLOG", "RESET") == b"+OK\r\n"
+        hits = int(info(c, "kvd")["disk_hits"])
+        assert c.command("INCR", "word") == b"-ERR value is not an integer or out of range\r\n"
+        assert c.command("GET", "filler0") == b"$%d\r\n%s\r\n" % (len(value), value)
+        assert int(info(c, "kvd")["disk_hits"]) >= hits + 2  # both read a cold value
+        stats = command_stats(c)
+        assert {k: v for k, v in stats["incr"].items() if k != "usec"} == {
+            "calls": 1,
+            "rejected_calls": 0,
+            "failed_calls": 1,
+        }
+        assert stats["get"]["calls"] == 1 and stats["get"]["failed_calls"] == 0
+        logged = [e[3][:2] for e in parse(c.command("SLOWLOG", "GET", "-1"))]
+        assert [b"GET", b"filler0"] in logged and [b"INCR", b"word"] in logged
