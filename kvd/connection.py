@@ -127,6 +127,8 @@ class Client(asyncio.BufferedProtocol):
         self._watched: dict[bytes, int] = {}  # key -> its change count at WATCH (Keyspace.changes)
         self.executing_transaction = False  # EXEC is running the queue (MONITOR refuses to start then)
         self.monitoring = False  # sent MONITOR: sees every command, may not touch the keyspace
+        self.blocked: asyncio.Future[bool] | None = None  # what a blocked WAIT / WAITAOF waits on (``block``)
+        self.unblock_error: str | None = None
 
     # -- asyncio protocol callbacks ----------------------------------------------------------------------------
 
@@ -158,6 +160,7 @@ class Client(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
+        self.unblock()
         if self._receiver is not None:
             self._receiver.close()
         if self._low_water is not None:
@@ -663,6 +666,32 @@ class Client(asyncio.BufferedProtocol):
             self.executing_transaction = False
             self.feed_monitors(COMMANDS[b"exec"], exec_argv)
 
+    # -- blocking commands (WAIT, WAITAOF; kvd/commands/replication.py) ----------------------------------------
+
+    async def block(self, done: asyncio.Future[Any] | None, timeout_ms: int) -> bool:
+        """Wait for ``done`` (None: for nothing that will come) at most ``timeout_ms`` (0: no limit). True if it
+        completed; False on timeout, CLIENT UNBLOCK, disconnect or shutdown (then ``unblock_error`` says which
+        error, if any, to answer). ``done`` itself is left alone: others may share it (a save)."""
+        waiter: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self.blocked, self.unblock_error = waiter, None
+        if done is not None:
+            done.add_done_callback(lambda _: None if waiter.done() else waiter.set_result(True))
+        try:
+            return await asyncio.wait_for(waiter, timeout_ms / 1000 if timeout_ms else None)
+        except TimeoutError:
+            return False
+        finally:
+            self.blocked = None
+
+    def unblock(self, error: str | None = None) -> bool:
+        """End a blocked command now, as if it timed out, or with ``error`` as its reply (CLIENT UNBLOCK)."""
+        waiter = self.blocked
+        if waiter is None or waiter.done():
+            return False
+        self.unblock_error = error
+        waiter.set_result(False)
+        return True
+
     @property
     def busy(self) -> bool:
         return self._busy
@@ -675,8 +704,9 @@ class Client(asyncio.BufferedProtocol):
         return now - last
 
     def close_gracefully(self) -> None:
-        """Shutdown: stop reading; close once replies in flight are sent."""
+        """Shutdown: stop reading; close once replies in flight are sent (a blocked WAIT answers now)."""
         self._set_reading(False)
+        self.unblock()
         if not self._busy:
             self._close_after_flush()
         else:

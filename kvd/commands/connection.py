@@ -315,6 +315,33 @@ def client_kill(c: Client, argv: list[Any]) -> None:
 
 
 @command(
+    "unblock",
+    -3,
+    f"{ADMIN}",
+    group=G,
+    since="5.0.0",
+    parent="client",
+    summary="Unblocks a client blocked by a blocking command from a different connection.",
+    usage="client-id [TIMEOUT | ERROR]",
+    complexity="O(log N) where N is the number of client connections",
+)
+def client_unblock(c: Client, argv: list[Any]) -> None:
+    """End another client's WAIT or WAITAOF now: as at its timeout, or with an UNBLOCKED error. 1 if it was
+    blocked, else 0."""
+    if len(argv) > 4:
+        raise CommandError(errors.subcommand_syntax(bytes(argv[1]), "client"))
+    error = None
+    if len(argv) == 4:
+        reason = lower(argv[3])
+        if reason == b"error":
+            error = "UNBLOCKED client unblocked via CLIENT UNBLOCK"
+        elif reason != b"timeout":
+            raise CommandError("ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR")
+    target = c.server.clients.get(parse_int(argv[2]))
+    c.reply.integer(int(target is not None and target.unblock(error)))
+
+
+@command(
     "no-evict",
     3,
     f"{ADMIN} {FAST}",

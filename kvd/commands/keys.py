@@ -508,3 +508,51 @@ def flushall(c: Client, argv: list[Any]) -> None:
 )
 def flushdb(c: Client, argv: list[Any]) -> None:
     _flush(c, argv)
+
+
+# -- MOVE and SWAPDB: kvd has one database, so they can only say what Redis says of database 0 ------------------
+
+
+def _int_index(raw: bytes | bytearray, message: str = errors.NOT_INTEGER) -> int:
+    """Redis's ``getIntFromObjectOrReply``: a C int, ``message`` for anything else (its own wording by default)."""
+    index = parse_int(raw, message)
+    if not -(2**31) <= index < 2**31:
+        raise CommandError(
+            message
+            if message != errors.NOT_INTEGER
+            else "ERR value is out of range, value must between -2147483648 and 2147483647"
+        )
+    return index
+
+
+@command(
+    "move",
+    3,
+    f"{WRITE} {FAST}",
+    (1, 1, 1),
+    group=G,
+    summary="Moves a key to another database.",
+    usage="key db",
+)
+def move(c: Client, argv: list[Any]) -> None:
+    if _int_index(argv[2]) != 0:
+        raise CommandError(errors.DB_OUT_OF_RANGE)
+    raise CommandError(errors.SAME_OBJECT)  # database 0 to database 0, checked before the key, as Redis does
+
+
+@command(
+    "swapdb",
+    3,
+    f"{WRITE} {FAST}",
+    group="server",
+    since="4.0.0",
+    complexity="O(N) where N is the count of clients watching or blocking on keys from both databases.",
+    summary="Swaps two Redis databases.",
+    usage="index1 index2",
+)
+def swapdb(c: Client, argv: list[Any]) -> None:
+    first = _int_index(argv[1], "ERR invalid first DB index")
+    second = _int_index(argv[2], "ERR invalid second DB index")
+    if first != 0 or second != 0:
+        raise CommandError(errors.DB_OUT_OF_RANGE)
+    c.reply.ok()  # database 0 with itself: nothing moves, no WATCH is disturbed (Redis returns before both)

@@ -1,0 +1,132 @@
+"""ROLE, WAIT and WAITAOF: what Redis's replication commands answer on a server that has no replicas.
+
+kvd is a primary with no replicas: ROLE says so, WAIT counts 0 acknowledging replicas, and a WAIT or WAITAOF that
+asks for replicas blocks until its timeout (0 = for ever), as on a Redis primary none of whose replicas answer.
+The wait blocks only its own client; CLIENT UNBLOCK, a disconnect or SHUTDOWN ends it early.
+
+WAITAOF's local part is real: ``WAITAOF 1 0 timeout`` returns ``[1, 0]`` once everything acknowledged to this
+client so far is fsynced. With ``appendfsync always`` that is already so (a write's reply waits for its fsync,
+and WAITAOF's reply leaves after the replies before it); otherwise it asks the log for an fsync of everything
+appended so far (kvd/persist/saves.py: concurrent requests share one) and answers when it completes, or
+``[0, 0]`` at the timeout. Inside MULTI nothing blocks: the counts are answered as they are.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from kvd.protocol.errors import CommandError
+
+from .args import parse_int
+from .registry import FAST, LOADING, command
+
+if TYPE_CHECKING:
+    from kvd.connection import Client
+
+_LLONG_MAX = (1 << 63) - 1
+_FOREVER_MS = 1 << 41  # about 70 years: longer is "no limit" to the event loop's timers too
+
+
+@command(
+    "role",
+    1,
+    f"{FAST} {LOADING}",
+    group="server",
+    since="2.8.12",
+    summary="Returns the replication role.",
+)
+def role(c: Client, argv: list[Any]) -> None:
+    c.reply.array(3)
+    c.reply.bulk(b"master")
+    c.reply.integer(0)  # the replication offset: nothing is replicated
+    c.reply.array(0)  # no replicas
+
+
+@command(
+    "wait",
+    3,
+    "",
+    group="generic",
+    since="3.0.0",
+    summary="Blocks until the asynchronous replication of all preceding write commands sent by the connection "
+    "is completed.",
+    usage="numreplicas timeout",
+    complexity="O(1)",
+)
+def wait(c: Client, argv: list[Any]) -> Any:
+    numreplicas = parse_int(argv[1])
+    timeout = _timeout_ms(argv[2])
+    if numreplicas <= 0 or c.executing_transaction:
+        c.reply.integer(0)
+        return None
+    return _wait_replicas(c, timeout)
+
+
+async def _wait_replicas(c: Client, timeout: int) -> None:
+    await c.block(None, timeout)
+    _raise_unblock_error(c)
+    c.reply.integer(0)
+
+
+@command(
+    "waitaof",
+    4,
+    "",
+    group="generic",
+    since="7.2.0",
+    summary="Blocks until all of the preceding write commands sent by the connection are written to the "
+    "append-only file of the primary and/or replicas.",
+    usage="numlocal numreplicas timeout",
+)
+def waitaof(c: Client, argv: list[Any]) -> Any:
+    numlocal = parse_int(argv[1])
+    if not 0 <= numlocal <= 1:
+        raise CommandError("ERR value is out of range, value must between 0 and 1")
+    numreplicas = parse_int(argv[2])
+    if numreplicas < 0:
+        raise CommandError("ERR value is out of range, must be positive")
+    timeout = _timeout_ms(argv[3])
+    seg_log = c.keyspace.log
+    if numlocal and seg_log is None:
+        raise CommandError("ERR WAITAOF cannot be used when numlocal is set but appendonly is disabled.")
+    fsynced = seg_log is None or seg_log.appendfsync == "always" or not c.server.saves.changes_since_last_save()
+    if ((fsynced or not numlocal) and numreplicas == 0) or c.executing_transaction:
+        _reply_acks(c, int(fsynced and seg_log is not None))
+        return None
+    return _wait_fsync(c, numlocal, numreplicas, timeout, fsynced)
+
+
+async def _wait_fsync(c: Client, numlocal: int, numreplicas: int, timeout: int, fsynced: bool) -> None:
+    deadline = time.monotonic() + timeout / 1000
+    if numlocal and not fsynced:
+        save = c.server.saves.save()
+        fsynced = await c.block(save, timeout) and save.result()
+        _raise_unblock_error(c)
+    if numreplicas and (fsynced or not numlocal):  # no replica will ever acknowledge: wait out the rest
+        left = max(1, round((deadline - time.monotonic()) * 1000)) if timeout else 0
+        await c.block(None, left)
+        _raise_unblock_error(c)
+    _reply_acks(c, int(fsynced))
+
+
+def _reply_acks(c: Client, local: int) -> None:
+    c.reply.array(2)
+    c.reply.integer(local)
+    c.reply.integer(0)
+
+
+def _raise_unblock_error(c: Client) -> None:
+    if c.unblock_error is not None:
+        error, c.unblock_error = c.unblock_error, None
+        raise CommandError(error)
+
+
+def _timeout_ms(raw: bytes) -> int:
+    """Redis's ``getTimeoutFromObjectOrReply`` in milliseconds; 0 means no limit."""
+    ms = parse_int(raw, "ERR timeout is not an integer or out of range")
+    if ms < 0:
+        raise CommandError("ERR timeout is negative")
+    if ms > _LLONG_MAX - time.time_ns() // 1_000_000:
+        raise CommandError("ERR timeout is out of range")
+    return 0 if ms >= _FOREVER_MS else ms
