@@ -66,6 +66,16 @@ _SET = COMMANDS[b"set"]  # what a landed request may run as from the read callba
 _RUN_IN_MULTI = frozenset({"exec", "discard", "multi", "watch", "quit", "reset"})  # not queued after MULTI
 
 
+class _Discard(list):  # type: ignore[type-arg]
+    """Where a muted client's replies go (CLIENT REPLY OFF / SKIP): nowhere."""
+
+    def append(self, item: object) -> None:
+        pass
+
+
+_DISCARD = _Discard()
+
+
 class Client(asyncio.BufferedProtocol):
     """A connected client: its protocol state, auth state, name and reply stream."""
 
@@ -80,6 +90,7 @@ class Client(asyncio.BufferedProtocol):
         self.reply = ReplyWriter(self._out, 2, server.stats.count_error)
         self._command_table = server.stats.commands  # the server's, cached: read once per command
         self._watch_ns = server.watch_ns  # SLOWLOG / latency monitor threshold (set_watch_ns on CONFIG SET)
+        self._reply_skip = 0  # CLIENT REPLY SKIP: commands left before replies resume (set_reply_mode)
         settings = server.settings
         self.authenticated = not settings.requirepass
         self.parser = RequestParser(
@@ -115,6 +126,7 @@ class Client(asyncio.BufferedProtocol):
         self._queue: deque[list[Any]] = deque()
         self._busy = False  # a command or the log barrier is being awaited
         self._write_paused = False  # the transport asked us to stop producing
+        self._held = False  # run nothing now: _write_paused, or CLIENT PAUSE (_hold_here; Server.register)
         self._reading = True
         self._eof = False
         self._closed = False
@@ -209,19 +221,28 @@ class Client(asyncio.BufferedProtocol):
     def eof_received(self) -> bool:
         # Keep the transport open for replies to commands already received; close when they are sent.
         self._eof = True
-        if not self._busy:
+        if not self._busy and not self._queue:  # commands held by CLIENT PAUSE still run, then it closes
             self._close_after_flush()
         return True
 
     def pause_writing(self) -> None:
-        self._write_paused = True
+        self._write_paused = self._held = True
         self._set_reading(False)
 
     def resume_writing(self) -> None:
         self._write_paused = False
+        self.resume_commands()
+
+    def hold_commands(self) -> None:
+        """CLIENT PAUSE began: commands not yet run wait (``_hold_here`` says which)."""
+        self._held = True
+
+    def resume_commands(self) -> None:
+        """The transport drained, or a CLIENT PAUSE ended: run what waited."""
+        self._held = self._write_paused or self.server.paused is not None
         if self._queue and not self._busy and not self._closed:
             self._run()
-        else:
+        elif not self._closed:
             self._update_reading()
 
     # -- executing ---------------------------------------------------------------------------------------------
@@ -231,8 +252,10 @@ class Client(asyncio.BufferedProtocol):
         out = self._out
         execute = self._execute
         while queue and not self._closed:
-            if self._write_paused:
-                return  # resume_writing() picks the pipeline up again once the client reads
+            if self._held and self._hold_here(queue[0]):
+                if self._write_paused:
+                    return  # resume_writing() picks the pipeline up again once the client reads
+                break  # CLIENT PAUSE: the replies so far go out, the rest waits (and reading stops)
             result = execute(queue.popleft())
             if self.close_after_reply:
                 queue.clear()  # Redis runs nothing after QUIT, even if it was pipelined
@@ -275,6 +298,8 @@ class Client(asyncio.BufferedProtocol):
                 return self._refuse(cmd, "ERR Command not allowed inside a transaction", argv)
             self._multi.append(argv)
             self.reply.raw(b"+QUEUED\r\n")
+            if self._reply_skip:
+                self._command_done()
             return None
         seg_log = self.keyspace.log
         logged = cmd.is_write and seg_log is not None
@@ -354,15 +379,41 @@ class Client(asyncio.BufferedProtocol):
         return self.stats.command(cmd.name)
 
     def _slow(self, cmd: Any, argv: list[Any], elapsed: int) -> None:
-        """A command that reached ``watch_ns``: to SLOWLOG (EXEC excepted: the commands it ran are there) and to
-        the latency monitor, each if it reached that one's own threshold."""
+        """A command that reached ``_watch_ns``: to SLOWLOG (EXEC excepted: the commands it ran are there) and
+        to the latency monitor, each if it reached that one's own threshold. While CLIENT REPLY SKIP counts
+        down, ``_watch_ns`` is -1 so that every command passes here, at no cost to the others."""
         server = self.server
+        if self._reply_skip:
+            self._command_done()
         if cmd.name != "exec":
             server.slowlog.push(argv, elapsed, self.addr, self.name)
         server.latency.add("fast-command" if FAST in cmd.flags else "command", elapsed / 1e9)
 
     def set_watch_ns(self, watch_ns: int) -> None:
-        self._watch_ns = watch_ns
+        self._watch_ns = -1 if self._reply_skip else watch_ns
+
+    # -- CLIENT REPLY ------------------------------------------------------------------------------------------
+
+    def set_reply_mode(self, mode: bytes) -> None:
+        """CLIENT REPLY ``on``, ``off``, or ``skip`` (no reply to the next command; ignored while off). Muting
+        points the ReplyWriter at a list that drops everything, so the reply path itself checks nothing."""
+        writer = self.reply
+        if mode == b"skip":
+            if writer.out is self._out:
+                writer.out = _DISCARD
+                self._reply_skip = 2  # this command, then the next one
+                self._watch_ns = -1  # every command goes past _slow, which counts them down
+            return
+        writer.out = self._out if mode == b"on" else _DISCARD
+        self._reply_skip = 0
+        self._watch_ns = self.server.watch_ns
+
+    def _command_done(self) -> None:
+        """A command was answered (or refused, or queued) while CLIENT REPLY SKIP counts down."""
+        self._reply_skip -= 1
+        if not self._reply_skip:
+            self.reply.out = self._out
+            self._watch_ns = self.server.watch_ns
 
     def _run_landed(self, argv: list[Any]) -> bool:
         """Run a SET that the C receiver landed whole (``kvd/protocol/landing.py``) from the read callback itself,
@@ -380,7 +431,7 @@ class Client(asyncio.BufferedProtocol):
             or self._queue
             or self._busy
             or self._multi is not None
-            or self._write_paused
+            or self._held
             or self.close_after_reply
             or self._closed
         ):
@@ -402,6 +453,8 @@ class Client(asyncio.BufferedProtocol):
         if self._multi is not None:
             self._multi_error = True
         self.reply.error(errors.unknown_command(bytes(argv[0]), argv[1:]))
+        if self._reply_skip:
+            self._command_done()
         return None
 
     def _refuse(self, cmd: Any, message: str, argv: list[Any], in_multi: bool = True, replied: bool = False) -> None:
@@ -413,15 +466,15 @@ class Client(asyncio.BufferedProtocol):
         stat = self._command_stats(cmd, argv)
         if stat is not None:
             stat.rejected += 1
-        if replied:
-            return None
-        if cmd.name == "exec":
-            self.discard_multi()
-            self.reply.error(f"EXECABORT Transaction discarded because of: {message.removeprefix('ERR ')}")
-            return None
-        if self._multi is not None and in_multi:
-            self._multi_error = True
-        self.reply.error(message)
+        if not replied:
+            if cmd.name == "exec":
+                self.discard_multi()
+                message = f"EXECABORT Transaction discarded because of: {message.removeprefix('ERR ')}"
+            elif self._multi is not None and in_multi:
+                self._multi_error = True
+            self.reply.error(message)
+        if self._reply_skip:
+            self._command_done()
         return None
 
     def _command_failed(self, name: str, exc: Exception) -> bool:
@@ -469,8 +522,9 @@ class Client(asyncio.BufferedProtocol):
             message = getattr(exc, "message", None) or str(exc)
             out = self._out
             for start, end in reversed(self._write_spans):
-                out[start:end] = [b"-" + errors.scrub(message).encode() + b"\r\n"]
-                self.stats.count_error(message)
+                if end > start:  # empty when CLIENT REPLY muted the reply
+                    out[start:end] = [b"-" + errors.scrub(message).encode() + b"\r\n"]
+                    self.stats.count_error(message)
         self._write_spans.clear()
         self._busy = False
         if self._closed:
@@ -480,7 +534,7 @@ class Client(asyncio.BufferedProtocol):
             self._run()
 
     def _finish_batch(self, released: bool = False, at_once: bool = False) -> None:
-        if self._reading and not (self._protocol_error or self.close_after_reply or self._eof or self._write_paused):
+        if self._reading and not (self._protocol_error or self.close_after_reply or self._eof or self._held):
             # The common case: replies handed over, now or with the others at the iteration's end (ReplyBatch).
             if at_once:
                 self.flush_replies()
@@ -494,7 +548,7 @@ class Client(asyncio.BufferedProtocol):
             self.reply.error(error.message)
             self.flush_replies()
             self.close_after_reply = True
-        if self.close_after_reply or self._eof:
+        if self.close_after_reply or (self._eof and not (self._held and self._queue)):
             self._close_after_flush()
         else:
             self._update_reading()
@@ -736,7 +790,35 @@ class Client(asyncio.BufferedProtocol):
             self.transport.pause_reading()
 
     def _update_reading(self) -> None:
-        self._set_reading(not (self._busy or self._write_paused or self._protocol_error is not None))
+        self._set_reading(
+            not (self._busy or self._write_paused or self._protocol_error is not None or (self._held and self._queue))
+        )
+
+    def _hold_here(self, argv: list[Any]) -> bool:
+        """Whether the next command must wait: the transport is full, or CLIENT PAUSE holds it (ALL: every
+        command; WRITE: commands that change the dataset, and an EXEC whose queue holds one), as Redis's
+        ``processCommand`` postpones them. Clears ``_held`` once nothing holds the client any more."""
+        if self._write_paused:
+            return True
+        mode = self.server.paused
+        if mode is None:
+            self._held = False
+            return False
+        if mode == "all":
+            return True
+        name = argv[0]
+        cmd = (ALIASES.get(name) if type(name) is bytes else None) or COMMANDS.get(bytes(name).lower())
+        if cmd is None:
+            return False
+        if cmd.is_write:
+            return True
+        queued = self._multi if cmd.name == "exec" else None
+        return bool(queued) and any(self._is_write(q) for q in queued)
+
+    @staticmethod
+    def _is_write(argv: list[Any]) -> bool:
+        cmd = COMMANDS.get(bytes(argv[0]).lower())
+        return cmd is not None and cmd.is_write
 
 
 class ReplyBatch:

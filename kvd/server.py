@@ -50,6 +50,9 @@ class Server:
         if keyspace.log is not None:
             keyspace.log.watch_latency(self.latency.add)
         self.watch_ns = _watch_ns(settings)  # a command this slow goes to SLOWLOG and/or the latency monitor
+        self.paused: str | None = None  # CLIENT PAUSE: "write" or "all" until _pause_end (loop time)
+        self._pause_end = 0.0
+        self._pause_timer: asyncio.TimerHandle | None = None
         self.run_id = os.urandom(20).hex()
         self.bound_port = settings.port
         self.loop_name = "asyncio"
@@ -70,6 +73,8 @@ class Server:
             self.stats.rejected_connections += 1
             return False
         self.clients[client.id] = client
+        if self.paused is not None:  # created before a CLIENT PAUSE that ran before it was registered
+            client.hold_commands()
         return True
 
     def unregister(self, client: Client) -> None:
@@ -105,6 +110,38 @@ class Server:
     def reset_stats(self) -> None:
         self.stats.reset()
         self.stats.connector.clear()
+
+    # -- CLIENT PAUSE ------------------------------------------------------------------------------------------
+
+    def pause_clients(self, mode: str, timeout_ms: int) -> None:
+        """Hold clients' commands for ``timeout_ms``: every command ("all") or those that write ("write"). A
+        second pause keeps the later end and the stricter mode, as Redis's ``pauseClients``. Active expiry
+        stops meanwhile; a pause of 0 ms ends at once."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + timeout_ms / 1000
+        if self.paused is not None:
+            end = max(end, self._pause_end)
+            mode = "all" if "all" in (mode, self.paused) else "write"
+        if end <= loop.time():
+            return
+        self.paused, self._pause_end = mode, end
+        if self._pause_timer is not None:
+            self._pause_timer.cancel()
+        self._pause_timer = loop.call_at(end, self.unpause_clients)
+        for client in self.clients.values():
+            client.hold_commands()
+        log.info("clients paused (%s) for %d ms", mode, timeout_ms)
+
+    def unpause_clients(self) -> None:
+        if self.paused is None:
+            return
+        self.paused = None
+        if self._pause_timer is not None:
+            self._pause_timer.cancel()
+            self._pause_timer = None
+        for client in list(self.clients.values()):
+            client.resume_commands()
+        log.info("clients unpaused")
 
     # -- lifecycle ---------------------------------------------------------------------------------------------
 
@@ -183,7 +220,8 @@ class Server:
             await asyncio.sleep(0.1)
             try:
                 started = time.monotonic()
-                self.keyspace.expire_cycle()
+                if self.paused is None:  # as Redis: no key expires actively while clients are paused
+                    self.keyspace.expire_cycle()
                 now = time.monotonic()
                 self.latency.add("expire-cycle", now - started)
                 st = self.stats

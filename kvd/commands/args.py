@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from kvd.protocol import errors
 from kvd.protocol.errors import CommandError
 
@@ -43,3 +45,14 @@ def lower(raw: bytes | bytearray) -> bytes:
 
 def text(raw: bytes | bytearray) -> str:
     return bytes(raw).decode("utf-8", "surrogateescape")
+
+
+def parse_timeout_ms(raw: bytes | bytearray) -> int:
+    """Redis's ``getTimeoutFromObjectOrReply`` in milliseconds (WAIT, WAITAOF, CLIENT PAUSE): an integer, not
+    negative, and not so large that now plus it passes 2^63 - 1."""
+    ms = parse_int(raw, "ERR timeout is not an integer or out of range")
+    if ms < 0:
+        raise CommandError("ERR timeout is negative")
+    if ms > LLONG_MAX - time.time_ns() // 1_000_000:
+        raise CommandError("ERR timeout is out of range")
+    return ms

@@ -16,7 +16,7 @@ from kvd.protocol import errors
 from kvd.protocol.errors import CommandError
 from kvd.protocol.reply import PONG, Pairs
 
-from .args import check_db_index, lower, parse_int, text
+from .args import check_db_index, lower, parse_int, parse_timeout_ms, text
 from .registry import ADMIN, FAST, NOAUTH, command, run_subcommand, subcommand_help
 
 if TYPE_CHECKING:
@@ -145,6 +145,7 @@ def quit_(c: Client, argv: list[Any]) -> None:
 
 @command("reset", 1, f"{NOAUTH} {FAST}", group=G, since="6.2.0", summary="Resets the connection.")
 def reset(c: Client, argv: list[Any]) -> None:
+    c.set_reply_mode(b"on")
     c.reply.proto = 2
     c.name = b""
     if c.in_multi:
@@ -339,6 +340,64 @@ def client_unblock(c: Client, argv: list[Any]) -> None:
             raise CommandError("ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR")
     target = c.server.clients.get(parse_int(argv[2]))
     c.reply.integer(int(target is not None and target.unblock(error)))
+
+
+@command(
+    "reply",
+    3,
+    "",
+    group=G,
+    since="3.2.0",
+    parent="client",
+    summary="Instructs the server whether to reply to commands.",
+    usage="ON | OFF | SKIP",
+)
+def client_reply(c: Client, argv: list[Any]) -> None:
+    """OFF and SKIP are not answered (their reply would be the first one dropped); ON answers OK."""
+    mode = lower(argv[2])
+    if mode not in (b"on", b"off", b"skip"):
+        raise CommandError(errors.SYNTAX)
+    c.set_reply_mode(mode)
+    if mode == b"on":
+        c.reply.ok()
+
+
+@command(
+    "pause",
+    -3,
+    f"{ADMIN}",
+    group=G,
+    since="3.0.0",
+    parent="client",
+    summary="Suspends commands processing.",
+    usage="timeout [WRITE | ALL]",
+)
+def client_pause(c: Client, argv: list[Any]) -> None:
+    """Hold every client's commands (ALL, the default) or those that write (WRITE) for ``timeout`` ms; they
+    run, in order, when it ends or at CLIENT UNPAUSE. Clients are not refused, only kept waiting."""
+    if len(argv) > 4:
+        raise CommandError(errors.subcommand_syntax(bytes(argv[1]), "client"))
+    mode = "all"
+    if len(argv) == 4:
+        mode = lower(argv[3]).decode("latin-1")
+        if mode not in ("write", "all"):
+            raise CommandError("ERR CLIENT PAUSE mode must be WRITE or ALL")
+    c.server.pause_clients(mode, parse_timeout_ms(argv[2]))
+    c.reply.ok()
+
+
+@command(
+    "unpause",
+    2,
+    f"{ADMIN}",
+    group=G,
+    since="6.2.0",
+    parent="client",
+    summary="Resumes processing commands from paused clients.",
+)
+def client_unpause(c: Client, argv: list[Any]) -> None:
+    c.server.unpause_clients()
+    c.reply.ok()
 
 
 @command(

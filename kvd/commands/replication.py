@@ -18,13 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 from kvd.protocol.errors import CommandError
 
-from .args import parse_int
+from .args import parse_int, parse_timeout_ms
 from .registry import FAST, LOADING, command
 
 if TYPE_CHECKING:
     from kvd.connection import Client
 
-_LLONG_MAX = (1 << 63) - 1
 _FOREVER_MS = 1 << 41  # about 70 years: longer is "no limit" to the event loop's timers too
 
 
@@ -123,10 +122,6 @@ def _raise_unblock_error(c: Client) -> None:
 
 
 def _timeout_ms(raw: bytes) -> int:
-    """Redis's ``getTimeoutFromObjectOrReply`` in milliseconds; 0 means no limit."""
-    ms = parse_int(raw, "ERR timeout is not an integer or out of range")
-    if ms < 0:
-        raise CommandError("ERR timeout is negative")
-    if ms > _LLONG_MAX - time.time_ns() // 1_000_000:
-        raise CommandError("ERR timeout is out of range")
+    """The timeout in milliseconds; 0 means no limit, and so does one longer than the loop's timers take."""
+    ms = parse_timeout_ms(raw)
     return 0 if ms >= _FOREVER_MS else ms
