@@ -54,6 +54,7 @@ from kvd.protocol.reply import Buffer, ReplyWriter
 from kvd.store.keyspace import OutOfMemory
 
 if TYPE_CHECKING:
+    from kvd.pubsub import Subscriptions
     from kvd.server import Server
     from kvd.stats import CommandStats, ServerStats
 
@@ -63,6 +64,10 @@ _SECURITY_ATTACK = (b"post", b"host:")
 _monotonic = time.monotonic
 _clock = time.perf_counter_ns
 _SET = COMMANDS[b"set"]  # what a landed request may run as from the read callback (it never awaits the disk)
+_MAY_REPLICATE = frozenset({"publish", "spublish"})  # held by CLIENT PAUSE WRITE, as Redis's may-replicate
+_PUBSUB_CONTEXT = frozenset(
+    {"subscribe", "psubscribe", "ssubscribe", "unsubscribe", "punsubscribe", "sunsubscribe", "ping", "quit", "reset"}
+)
 _RUN_IN_MULTI = frozenset({"exec", "discard", "multi", "watch", "quit", "reset"})  # not queued after MULTI
 
 
@@ -140,6 +145,8 @@ class Client(asyncio.BufferedProtocol):
         self.executing_transaction = False  # EXEC is running the queue (MONITOR refuses to start then)
         self.monitoring = False  # sent MONITOR: sees every command, may not touch the keyspace
         self.blocked: asyncio.Future[bool] | None = None  # what a blocked WAIT / WAITAOF waits on (``block``)
+        self.subscriptions: Subscriptions | None = None  # channels and patterns, once it subscribes (pubsub.py)
+        self._pubsub_resp2 = False  # subscribed with RESP2: only the commands Redis allows there (_execute_pubsub)
         self.unblock_error: str | None = None
 
     # -- asyncio protocol callbacks ----------------------------------------------------------------------------
@@ -173,6 +180,8 @@ class Client(asyncio.BufferedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
         self.unblock()
+        if self.subscriptions is not None:
+            self.server.pubsub.forget(self)
         if self._receiver is not None:
             self._receiver.close()
         if self._low_water is not None:
@@ -250,7 +259,7 @@ class Client(asyncio.BufferedProtocol):
     def _run(self) -> None:
         queue = self._queue
         out = self._out
-        execute = self._execute
+        execute = self._execute_pubsub if self._pubsub_resp2 else self._execute
         while queue and not self._closed:
             if self._held and self._hold_here(queue[0]):
                 if self._write_paused:
@@ -432,6 +441,7 @@ class Client(asyncio.BufferedProtocol):
             or self._busy
             or self._multi is not None
             or self._held
+            or self._pubsub_resp2
             or self.close_after_reply
             or self._closed
         ):
@@ -641,16 +651,62 @@ class Client(asyncio.BufferedProtocol):
         """Reply bytes the transport still holds for this client (CLIENT LIST's omem, MEMORY STATS)."""
         return self.transport.get_write_buffer_size() if self.transport and not self._closed else 0
 
+    def _flags(self) -> str:
+        """CLIENT LIST's flags, as Redis writes them: x in MULTI, P subscribed, O a monitor, N for none."""
+        flags = ("O" if self.monitoring else "") + ("P" if self.subscriptions and self.subscriptions.total() else "")
+        flags += "x" if self._multi is not None else ""
+        return flags or "N"
+
     def describe(self) -> str:
+        subs = self.subscriptions
         now = time.monotonic()
         out_size = self.output_bytes()
         return (
             f"id={self.id} addr={self.addr} laddr={self.laddr} fd=-1 name={self.name.decode(errors='replace')} "
-            f"age={int(now - self.created)} idle={int(self.idle(now))} flags=N db=0 sub=0 psub=0 ssub=0 "
-            f"multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs={len(self.parser._buf)} rbp=0 obl=0 oll=0 "
+            f"age={int(now - self.created)} idle={int(self.idle(now))} flags={self._flags()} db=0 "
+            f"sub={len(subs.channel) if subs else 0} psub={len(subs.pattern) if subs else 0} "
+            f"ssub={len(subs.shard) if subs else 0} multi={len(self._multi) if self._multi is not None else -1} "
+            f"qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs={len(self.parser._buf)} rbp=0 obl=0 oll=0 "
             f"omem={out_size} tot-mem={out_size + len(self.parser._buf)} events=r cmd={self.last_command} "
             f"user=default redir=-1 resp={self.reply.proto} lib-name={self.lib_name.decode(errors='replace')} "
             f"lib-ver={self.lib_ver.decode(errors='replace')}"
+        )
+
+    # -- publish/subscribe (kvd/pubsub.py) ----------------------------------------------------------------------
+
+    def update_pubsub_mode(self) -> None:
+        """After (un)subscribing, HELLO or RESET: a RESP2 client with subscriptions is in Redis's pub/sub
+        context, where ``_execute_pubsub`` refuses most commands; a RESP3 one may run anything."""
+        subs = self.subscriptions
+        self._pubsub_resp2 = subs is not None and subs.total() > 0 and self.reply.proto == 2
+
+    @property
+    def in_pubsub_resp2(self) -> bool:
+        return self._pubsub_resp2
+
+    def _execute_pubsub(self, argv: list[Any]) -> Any:
+        """``_execute`` for a RESP2 client in the pub/sub context: after the checks Redis makes first (unknown
+        command or subcommand, arity, NOAUTH), only (P|S)SUBSCRIBE, (P|S)UNSUBSCRIBE, PING, QUIT and RESET."""
+        name = argv[0]
+        cmd = COMMANDS.get(bytes(name).lower())
+        if cmd is None or cmd.name in _PUBSUB_CONTEXT:
+            return self._execute(argv)
+        arity = cmd.arity
+        if (arity > 0 and len(argv) != arity) or len(argv) < -arity:
+            return self._execute(argv)
+        full = cmd.name
+        if cmd.subcommands and len(argv) > 1:
+            if subcommand_error(cmd, argv) is not None:
+                return self._execute(argv)
+            full = f"{cmd.name}|{bytes(argv[1]).lower().decode('utf-8', 'replace')}"
+        if not self.authenticated and NOAUTH not in cmd.flags:
+            return self._execute(argv)
+        self.last_command = cmd.name
+        return self._refuse(
+            cmd,
+            f"ERR Can't execute '{full}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are "
+            "allowed in this context",
+            argv,
         )
 
     # -- transactions (kvd/commands/transactions.py) ------------------------------------------------------------
@@ -810,7 +866,7 @@ class Client(asyncio.BufferedProtocol):
         cmd = (ALIASES.get(name) if type(name) is bytes else None) or COMMANDS.get(bytes(name).lower())
         if cmd is None:
             return False
-        if cmd.is_write:
+        if cmd.is_write or cmd.name in _MAY_REPLICATE:
             return True
         queued = self._multi if cmd.name == "exec" else None
         return bool(queued) and any(self._is_write(q) for q in queued)
@@ -818,7 +874,7 @@ class Client(asyncio.BufferedProtocol):
     @staticmethod
     def _is_write(argv: list[Any]) -> bool:
         cmd = COMMANDS.get(bytes(argv[0]).lower())
-        return cmd is not None and cmd.is_write
+        return cmd is not None and (cmd.is_write or cmd.name in _MAY_REPLICATE)
 
 
 class ReplyBatch:

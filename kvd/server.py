@@ -22,6 +22,7 @@ from kvd.config import Settings
 from kvd.connection import Client, ReplyBatch
 from kvd.latency import LatencyMonitor
 from kvd.persist.saves import Saves
+from kvd.pubsub import PubSub
 from kvd.slowlog import SlowLog
 from kvd.stats import ServerStats, render_info
 
@@ -41,6 +42,7 @@ class Server:
         self.recovery = recovery
         self.clients: dict[int, Client] = {}
         self.monitors: set[Client] = set()  # clients that sent MONITOR (kvd/monitor.py)
+        self.pubsub = PubSub()  # channels, patterns and their subscribers (kvd/pubsub.py)
         self.stats = ServerStats()
         self.replies = ReplyBatch(self.stats)  # replies written together at the end of each loop iteration
         self.started_at = time.time()

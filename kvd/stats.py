@@ -296,6 +296,9 @@ def _stats(s: Server) -> list[tuple[str, object]]:
         ("evicted_keys", ks.evicted_keys),
         ("keyspace_hits", ks.keyspace_hits),
         ("keyspace_misses", ks.keyspace_misses),
+        ("pubsub_channels", s.pubsub.count("channel")),
+        ("pubsub_patterns", s.pubsub.count("pattern")),
+        ("pubsubshard_channels", s.pubsub.count("shard")),  # Redis 7.0 and 7.2 spell it so
         ("total_error_replies", st.error_replies),
         ("unexpected_error_replies", 0),
         ("client_output_buffer_limit_disconnections", st.output_limit_disconnections),

@@ -37,7 +37,11 @@ def check_password(c: Client, user: bytes | None, password: bytes) -> bool:
 def ping(c: Client, argv: list[Any]) -> None:
     if len(argv) > 2:
         raise CommandError(errors.wrong_arity("ping"))
-    if len(argv) == 2:
+    if c.in_pubsub_resp2:  # Redis answers a subscribed RESP2 client with an array, like a message
+        c.reply.array(2)
+        c.reply.bulk(b"pong")
+        c.reply.bulk(argv[1] if len(argv) == 2 else b"")
+    elif len(argv) == 2:
         c.reply.bulk(argv[1])
     else:
         c.reply.raw(PONG)
@@ -118,6 +122,7 @@ def hello(c: Client, argv: list[Any]) -> None:
         _validate_name(name)
         c.name = name
     c.reply.proto = proto
+    c.update_pubsub_mode()  # a RESP3 subscriber that goes back to RESP2 enters the pub/sub context
     c.reply.str_map(
         [
             ("server", "redis"),
@@ -155,6 +160,9 @@ def reset(c: Client, argv: list[Any]) -> None:
     if c.monitoring:  # as Redis's RESET: no longer a monitor
         c.monitoring = False
         c.server.monitors.discard(c)
+    if c.subscriptions is not None:  # and subscribed to nothing
+        c.server.pubsub.forget(c)
+    c.update_pubsub_mode()
     c.reply.raw(b"+RESET\r\n")
 
 

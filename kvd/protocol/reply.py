@@ -93,6 +93,10 @@ class ReplyWriter:
     def array(self, n: int) -> None:
         self.out.append(b"*%d\r\n" % n)
 
+    def push_header(self, n: int) -> None:
+        """An out-of-band message of ``n`` parts (pub/sub): a RESP3 push, a plain array in RESP2."""
+        self.out.append(b">%d\r\n" % n if self.proto == 3 else b"*%d\r\n" % n)
+
     def map(self, n: int) -> None:
         """Header of a map of ``n`` pairs: ``%n`` in RESP3, a flat array of 2n in RESP2."""
         self.out.append(b"%%%d\r\n" % n if self.proto == 3 else b"*%d\r\n" % (2 * n))
