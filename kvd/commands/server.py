@@ -7,10 +7,13 @@ never disagree with what the server actually accepts.
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
 import time
 from typing import TYPE_CHECKING, Any
 
-from kvd.config import ConfigError, settings_items
+from kvd.config import ConfigError, rewrite_toml, settings_items
 from kvd.protocol import errors
 from kvd.protocol.errors import CommandError
 from kvd.protocol.reply import Pairs, Status
@@ -34,6 +37,7 @@ if TYPE_CHECKING:
     from kvd.connection import Client
 
 G = "server"
+log = logging.getLogger("kvd.server")
 
 # Keys clients probe that have no kvd equivalent, answered with what is true of kvd.
 _COMPAT_CONFIG = {"save": "", "databases": "1"}
@@ -249,6 +253,60 @@ def config_set(c: Client, argv: list[Any]) -> None:
             raise CommandError(f"ERR CONFIG SET failed (possibly related to argument '{name}') - {exc}") from exc
     c.server.apply_settings(settings)
     c.reply.ok()
+
+
+@command(
+    "rewrite",
+    2,
+    f"{ADMIN}",
+    group=G,
+    since="2.8.0",
+    parent="config",
+    summary="Persists the effective configuration to file.",
+)
+def config_rewrite(c: Client, argv: list[Any]) -> None:
+    """Write the running settings into the TOML file kvd was started with (``kvd.config.rewrite_toml``): a
+    new file beside it, fsynced, renamed over it, directory fsynced, so a crash leaves the old file or the new
+    one, never a torn one."""
+    path = c.server.settings.config_file
+    if not path:
+        raise CommandError("ERR The server is running without a config file")
+    try:
+        try:
+            with open(path, encoding="utf-8") as f:
+                current = f.read()
+        except FileNotFoundError:
+            current = ""  # removed since start-up: written anew, as Redis does
+        new = rewrite_toml(current, c.server.settings)
+        _replace_file(path, new)
+    except OSError as exc:
+        raise CommandError(f"ERR Rewriting config file: {exc.strerror or exc}") from exc
+    except ValueError as exc:
+        raise CommandError(f"ERR Rewriting config file: {exc}") from exc
+    log.info("CONFIG REWRITE executed with success")
+    c.reply.ok()
+
+
+def _replace_file(path: str, text: str) -> None:
+    directory = os.path.dirname(os.path.abspath(path))
+    tmp = os.path.join(directory, f".{os.path.basename(path)}.rewrite.{os.getpid()}")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        if os.path.exists(path):
+            os.chmod(tmp, os.stat(path).st_mode & 0o7777)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 @command(

@@ -468,3 +468,29 @@ def test_bad_file_gives_a_single_line_without_traceback(tmp_path: Path) -> None:
     assert proc.stdout == ""
     assert proc.stderr.splitlines() == [f"kvd: {path}: maxmemory: expected a size like 512mb or 4GiB, got 'lots'"]
     assert "Traceback" not in proc.stderr
+
+
+def test_rewrite_keeps_the_file_and_changes_only_what_changed() -> None:
+    from kvd.config import REWRITE_MARK, apply_runtime, rewrite_toml
+
+    text = '# my settings\nport = 7000  \n\nbind = [\n  "127.0.0.1",\n  "::1",\n]\nmaxmemory = "1gb"  # the RAM tier\n'
+    s = load_settings_from_text(text)
+    s = apply_runtime(s, "maxmemory", "2gb")
+    s = apply_runtime(s, "requirepass", 'p"w\\x')
+    s = apply_runtime(s, "slowlog-max-len", "7")
+    out = rewrite_toml(text, s)
+    assert out.startswith('# my settings\nport = 7000  \n\nbind = [\n  "127.0.0.1",\n  "::1",\n]\n')
+    assert 'maxmemory = "2gb"\n' in out  # changed: the line is replaced (its comment goes with it)
+    tail = out.split(REWRITE_MARK + "\n", 1)[1]
+    assert tail == 'requirepass = "p\\"w\\\\x"\nslowlog-max-len = 7\n'  # not in the file and not default
+    assert load_settings_from_text(out) == s  # and it reads back as the running settings
+    assert rewrite_toml(out, s) == out  # a second rewrite changes nothing
+
+
+def load_settings_from_text(text: str) -> Settings:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "kvd.toml"
+        path.write_text(text)
+        return dataclasses.replace(load_settings(str(path)), config_file=None)

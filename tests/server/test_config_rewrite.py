@@ -1,0 +1,47 @@
+"""CONFIG REWRITE: settings changed at run time survive a restart, written into the TOML file kvd started with."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = [pytest.mark.kvd_only, pytest.mark.timeout(60)]  # kvd.toml, not redis.conf
+
+
+def test_settings_survive_a_restart_through_config_rewrite(server_factory, tmp_path):
+    config = tmp_path / "kvd.toml"
+    config.write_text('# tuned by hand\nmaxmemory = "64mb"\nloglevel = "info"\n')
+    srv = server_factory(config=config)
+    r = srv.client()
+    r.config_set("maxmemory", "128mb")
+    r.config_set("slowlog-log-slower-than", "500")
+    assert r.execute_command("CONFIG", "REWRITE") == b"OK"
+    text = config.read_text()
+    assert text.startswith('# tuned by hand\nmaxmemory = "128mb"\nloglevel = "info"\n')
+    assert "slowlog-log-slower-than = 500\n" in text
+    assert not [p for p in tmp_path.iterdir() if "rewrite" in p.name]  # no temporary file left behind
+    srv.restart()
+    r = srv.client()
+    assert r.config_get("maxmemory") == {"maxmemory": "134217728"}
+    assert r.config_get("slowlog-log-slower-than") == {"slowlog-log-slower-than": "500"}
+
+
+def test_config_rewrite_without_a_config_file_says_so(server):
+    with server.raw() as c:
+        assert c.command("CONFIG", "REWRITE") == b"-ERR The server is running without a config file\r\n"
+
+
+def test_a_removed_config_file_is_written_anew_and_a_removed_directory_is_an_error(server_factory, tmp_path):
+    config_dir = tmp_path / "conf"
+    config_dir.mkdir()
+    config = config_dir / "kvd.toml"
+    config.write_text('maxmemory = "64mb"\n')
+    srv = server_factory(config=config)
+    with srv.raw() as c:
+        assert c.command("CONFIG", "SET", "maxmemory", "100mb") == b"+OK\r\n"
+        config.unlink()
+        assert c.command("CONFIG", "REWRITE") == b"+OK\r\n"
+        assert 'maxmemory = "100mb"\n' in config.read_text()
+        config.unlink()
+        config_dir.rmdir()
+        assert c.command("CONFIG", "REWRITE") == b"-ERR Rewriting config file: No such file or directory\r\n"
+        assert c.command("PING") == b"+PONG\r\n"
