@@ -118,7 +118,7 @@ class Spec:
     """How one key is read, checked, shown and documented."""
 
     name: str  # the redis-style key, with dashes
-    kind: str  # int | size | bool | str | choice | float | list
+    kind: str  # int | size | bool | str | choice | float | list | events
     default: Any
     help: str
     section: str
@@ -222,6 +222,14 @@ class Settings:
         "choice", "info", "debug | info | warning", "Logging", choices=("debug", "info", "warning"), runtime=True
     )
     logfile: str = _key("str", "", "log file (empty = stderr)", "Logging")
+    # Notifications
+    notify_keyspace_events: str = _key(
+        "events",
+        "",
+        "keyspace events published to pub/sub: classes from 'Ag$xenmKE' as in redis.conf (empty = none)",
+        "Notifications",
+        runtime=True,
+    )
     # Diagnostics
     slowlog_log_slower_than: int = _key(
         "int",
@@ -318,6 +326,12 @@ def _convert(spec: Spec, raw: Any, from_text: bool) -> Any:
         if not items or not all(items) or any(len(x.split()) != 1 for x in items):
             raise ValueError(f"expected one or more addresses without spaces, got {raw!r}")
         return tuple(items)
+    if kind == "events":
+        from kvd.notify import format_flags, parse_flags
+
+        if not isinstance(raw, str):
+            raise ValueError(f"expected event classes such as KEA, got {raw!r}")
+        return format_flags(parse_flags(raw))
     if kind == "choice":
         if not isinstance(raw, str) or raw.strip().lower() not in spec.choices:
             raise ValueError(f"expected one of {', '.join(spec.choices)}, got {raw!r}")
@@ -508,7 +522,7 @@ def _toml_value(spec: Spec, value: Any = _DEFAULT) -> str:
         return "[" + ", ".join(_toml_string(v) for v in value) + "]"
     if spec.kind == "size":
         return f'"{_size_text(value)}"'
-    if spec.kind in ("str", "choice"):
+    if spec.kind in ("str", "choice", "events"):
         return _toml_string(value)
     if spec.kind == "float":
         return repr(float(value))

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from kvd.config import Settings
 from kvd.connection import Client, ReplyBatch
 from kvd.latency import LatencyMonitor
+from kvd.notify import KEYEVENT, KEYSPACE, KeyspaceEvents, parse_flags
 from kvd.persist.saves import Saves
 from kvd.pubsub import PubSub
 from kvd.slowlog import SlowLog
@@ -43,6 +44,7 @@ class Server:
         self.clients: dict[int, Client] = {}
         self.monitors: set[Client] = set()  # clients that sent MONITOR (kvd/monitor.py)
         self.pubsub = PubSub()  # channels, patterns and their subscribers (kvd/pubsub.py)
+        keyspace.events = _events(self.pubsub, settings)
         self.stats = ServerStats()
         self.replies = ReplyBatch(self.stats)  # replies written together at the end of each loop iteration
         self.started_at = time.time()
@@ -96,6 +98,8 @@ class Server:
         ks.policy = new.maxmemory_policy
         if new.maxmemory < old.maxmemory or new.maxmemory_policy != old.maxmemory_policy:
             ks._evict()
+        if new.notify_keyspace_events != old.notify_keyspace_events:
+            ks.events = _events(self.pubsub, new)
         self.slowlog.configure(new.slowlog_log_slower_than, new.slowlog_max_len)
         self.latency.threshold_ms = new.latency_monitor_threshold
         self.watch_ns = _watch_ns(new)
@@ -236,6 +240,12 @@ class Server:
                             client.kill()
             except Exception:  # the tick must never die
                 log.exception("background tick failed")
+
+
+def _events(pubsub: PubSub, s: Settings) -> KeyspaceEvents | None:
+    """The keyspace's notifier for notify-keyspace-events; None when no event would be published."""
+    flags = parse_flags(s.notify_keyspace_events)
+    return KeyspaceEvents(pubsub, flags) if flags & (KEYSPACE | KEYEVENT) and flags & ~(KEYSPACE | KEYEVENT) else None
 
 
 def _watch_ns(s: Settings) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
+from kvd.notify import GENERIC, NEW, notify
 from kvd.protocol import errors
 from kvd.protocol.errors import CommandError
 from kvd.store.glob import glob_match
@@ -37,7 +38,18 @@ TYPES = (b"string", b"list", b"set", b"zset", b"hash", b"stream")
     usage="key [key ...]",
 )
 def del_(c: Client, argv: list[Any]) -> None:
-    c.reply.integer(sum(c.keyspace.delete(bytes(k)) for k in argv[1:]))
+    c.reply.integer(_delete(c, argv[1:]))
+
+
+def _delete(c: Client, keys: list[Any]) -> int:
+    ks = c.keyspace
+    deleted = 0
+    for raw in keys:
+        key = bytes(raw)
+        if ks.delete(key):
+            deleted += 1
+            notify(ks, GENERIC, b"del", key)
+    return deleted
 
 
 @command(
@@ -53,7 +65,7 @@ def del_(c: Client, argv: list[Any]) -> None:
 )
 def unlink(c: Client, argv: list[Any]) -> None:
     # Freeing a value is a refcount drop in CPython; there is no slow destructor to move off the loop.
-    c.reply.integer(sum(c.keyspace.delete(bytes(k)) for k in argv[1:]))
+    c.reply.integer(_delete(c, argv[1:]))
 
 
 @command(
@@ -69,7 +81,7 @@ def unlink(c: Client, argv: list[Any]) -> None:
 )
 def exists(c: Client, argv: list[Any]) -> None:
     now = now_ms()
-    c.reply.integer(sum(c.keyspace.lookup(bytes(k), now) is not None for k in argv[1:]))
+    c.reply.integer(sum(c.keyspace.lookup_read(bytes(k), now) is not None for k in argv[1:]))
 
 
 @command(
@@ -82,7 +94,7 @@ def exists(c: Client, argv: list[Any]) -> None:
     usage="key",
 )
 def type_(c: Client, argv: list[Any]) -> None:
-    c.reply.raw(b"+string\r\n" if c.keyspace.lookup(bytes(argv[1])) is not None else b"+none\r\n")
+    c.reply.raw(b"+string\r\n" if c.keyspace.lookup_read(bytes(argv[1])) is not None else b"+none\r\n")
 
 
 @command(
@@ -114,10 +126,15 @@ def _rename(c: Client, argv: list[Any], nx: bool) -> Any:
     def move(value: Value | None, deadline: int) -> None:
         if value is None:
             raise CommandError(errors.NO_SUCH_KEY)
-        if nx and ks.lookup(dst) is not None:
+        replaced = ks.lookup(dst) is not None
+        if nx and replaced:
             c.reply.integer(0)
             return
         ks.rename(src, dst, value, deadline)  # the value object moves; the log has dst's record first
+        if replaced:  # Redis deletes the old dst and adds it anew
+            notify(ks, NEW, b"new", dst)
+        notify(ks, GENERIC, b"rename_from", src)
+        notify(ks, GENERIC, b"rename_to", dst)
         c.reply.integer(1) if nx else c.reply.ok()
 
     return with_current(c, src, move)
@@ -179,19 +196,23 @@ def copy(c: Client, argv: list[Any]) -> Any:
     ks = c.keyspace
 
     def copy_to(value: Value | None, deadline: int) -> None:
-        if value is None or (not replace and ks.lookup(dst) is not None):
+        replaced = ks.lookup(dst) is not None
+        if value is None or (replaced and not replace):
             c.reply.integer(0)
             return
         # Values are never changed in place (commands that derive one build a new object), so both keys can
         # hold the same object; the RAM tier charges it to each, as if it were copied.
         ks.set(dst, value, deadline)
+        if replaced:  # as RENAME: the old dst is deleted and the key added anew
+            notify(ks, NEW, b"new", dst)
+        notify(ks, GENERIC, b"copy_to", dst)
         c.reply.integer(1)
 
     return with_current(c, src, copy_to)
 
 
 def _ttl(c: Client, argv: list[Any], ms: bool, absolute: bool = False) -> None:
-    entry = c.keyspace.lookup(bytes(argv[1]))
+    entry = c.keyspace.lookup_read(bytes(argv[1]))
     if entry is None:
         c.reply.integer(-2)
     elif not entry.expire_at:
@@ -299,7 +320,8 @@ def _expire(c: Client, argv: list[Any], name: str, unit_ms: int, absolute: bool)
     ):
         c.reply.integer(0)
         return
-    c.keyspace.set_expire(key, max(when, 1))
+    c.keyspace.set_expire(key, max(when, 1))  # a deadline already passed deletes the key
+    notify(c.keyspace, GENERIC, b"del" if when <= now_ms() else b"expire", key)
     c.reply.integer(1)
 
 
@@ -375,6 +397,7 @@ def persist(c: Client, argv: list[Any]) -> None:
         c.reply.integer(0)
         return
     c.keyspace.set_expire(key, 0)
+    notify(c.keyspace, GENERIC, b"persist", key)
     c.reply.integer(1)
 
 

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
+from kvd.notify import GENERIC, STRING, notify
 from kvd.protocol import errors
 from kvd.protocol.errors import CommandError
 from kvd.protocol.reply import OK
@@ -101,7 +102,10 @@ def set_(c: Client, argv: list[Any]) -> Any:
     key = bytes(argv[1])
     value = argv[2]
     if len(argv) == 3:  # the common case: no options
-        c.keyspace.set(key, value)
+        ks = c.keyspace
+        ks.set(key, value)
+        if ks.events is not None:
+            ks.events.emit(STRING, b"set", key)
         c.reply.out.append(OK)
         return None
     cond = b""
@@ -136,6 +140,9 @@ def set_(c: Client, argv: list[Any]) -> Any:
         return None
     old = ks.get(key) if want_get else None
     ks.set(key, value, expire_at)
+    notify(ks, STRING, b"set", key)
+    if unit:
+        notify(ks, GENERIC, b"expire", key)
     if want_get:
         return _reply_value(c, old)
     c.reply.ok()
@@ -157,12 +164,16 @@ def setnx(c: Client, argv: list[Any]) -> None:
         c.reply.integer(0)
         return
     c.keyspace.set(key, argv[2])
+    notify(c.keyspace, STRING, b"set", key)
     c.reply.integer(1)
 
 
 def _setex(c: Client, argv: list[Any], unit: bytes, name: str) -> None:
     expire_at = _expire_at(c, unit, bytes(argv[2]), name)
-    c.keyspace.set(bytes(argv[1]), argv[3], expire_at)
+    key = bytes(argv[1])
+    c.keyspace.set(key, argv[3], expire_at)
+    notify(c.keyspace, STRING, b"set", key)
+    notify(c.keyspace, GENERIC, b"expire", key)
     c.reply.ok()
 
 
@@ -207,6 +218,7 @@ def getset(c: Client, argv: list[Any]) -> Any:
     key = bytes(argv[1])
     old = c.keyspace.get(key)
     c.keyspace.set(key, argv[2])
+    notify(c.keyspace, STRING, b"set", key)
     return _reply_value(c, old)
 
 
@@ -225,6 +237,7 @@ def getdel(c: Client, argv: list[Any]) -> Any:
     value = c.keyspace.get(key)
     if value is not None:
         c.keyspace.delete(key)
+        notify(c.keyspace, GENERIC, b"del", key)
     return _reply_value(c, value)
 
 
@@ -256,14 +269,16 @@ def getex(c: Client, argv: list[Any]) -> Any:
         else:
             raise CommandError(errors.SYNTAX)
         i += 1
-    entry = c.keyspace.lookup(key)
+    entry = c.keyspace.lookup_read(key)
     if entry is None:  # a missing key is a null before its expiry time is even looked at
         c.reply.null()
         return None
     expire_at = _expire_at(c, unit, raw, "getex") if unit else 0
     value = c.keyspace.get(key)
     if unit or (persist and entry.expire_at):  # PERSIST of a key without a TTL changes (and logs) nothing
+        deleted = unit and expire_at <= now_ms()
         c.keyspace.set_expire(key, expire_at)
+        notify(c.keyspace, GENERIC, b"del" if deleted else b"expire" if unit else b"persist", key)
     return _reply_value(c, value)
 
 
@@ -308,7 +323,9 @@ def mset(c: Client, argv: list[Any]) -> None:
     if len(argv) % 2 == 0:
         raise CommandError(errors.wrong_arity("mset"))
     for i in range(1, len(argv), 2):
-        c.keyspace.set(bytes(argv[i]), argv[i + 1])
+        key = bytes(argv[i])
+        c.keyspace.set(key, argv[i + 1])
+        notify(c.keyspace, STRING, b"set", key)
     c.reply.ok()
 
 
@@ -331,6 +348,7 @@ def msetnx(c: Client, argv: list[Any]) -> None:
         return
     for i, key in zip(range(2, len(argv), 2), keys, strict=True):
         c.keyspace.set(key, argv[i])
+        notify(c.keyspace, STRING, b"set", key)
     c.reply.integer(1)
 
 
@@ -345,7 +363,7 @@ def msetnx(c: Client, argv: list[Any]) -> None:
     usage="key",
 )
 def strlen(c: Client, argv: list[Any]) -> None:
-    entry = c.keyspace.lookup(bytes(argv[1]))
+    entry = c.keyspace.lookup_read(bytes(argv[1]))
     if entry is None:
         c.reply.integer(0)
     elif entry.value is not None:
@@ -424,6 +442,7 @@ def append(c: Client, argv: list[Any]) -> Any:
         _check_length(c, len(old) + len(suffix))
         new = bytes(old) + suffix
         c.keyspace.set(key, new, deadline)
+        notify(c.keyspace, STRING, b"append", key)
         c.reply.integer(len(new))
 
     return with_current(c, key, store)
@@ -462,6 +481,7 @@ def setrange(c: Client, argv: list[Any]) -> Any:
             new += bytes(offset - len(new))  # zero-padded, as Redis's sdsgrowzero
         new[offset : offset + len(patch)] = patch
         c.keyspace.set(key, bytes(new), deadline)
+        notify(c.keyspace, STRING, b"setrange", key)
         c.reply.integer(len(new))
 
     return with_current(c, key, store)
@@ -474,6 +494,7 @@ def _incr(c: Client, key: bytes, delta: int) -> Any:
         if not -(2**63) <= new <= LLONG_MAX:
             raise CommandError("ERR increment or decrement would overflow")
         c.keyspace.set(key, b"%d" % new, deadline)
+        notify(c.keyspace, STRING, b"incrby", key)
         c.reply.integer(new)
 
     return with_current(c, key, store)
@@ -543,6 +564,7 @@ def incrbyfloat(c: Client, argv: list[Any]) -> Any:
             raise CommandError("ERR increment would produce NaN or Infinity")
         new = longdouble.format_human(total)
         c.keyspace.set(key, new, deadline)
+        notify(c.keyspace, STRING, b"incrbyfloat", key)
         c.reply.bulk(new)
 
     return with_current(c, key, store)

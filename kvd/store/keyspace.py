@@ -30,6 +30,8 @@ import time
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
+from kvd.notify import EVICTED, EXPIRED, KEY_MISS, NEW
+
 from .bufpool import BufferPool
 from .expiry import ExpiryHeap
 from .lru import Entry
@@ -37,6 +39,7 @@ from .ram import RamTier
 from .scan import ScanIndex
 
 if TYPE_CHECKING:
+    from kvd.notify import KeyspaceEvents
     from kvd.persist import Location, RecoveredKeys, SegmentLog
 
 log = logging.getLogger("kvd.keyspace")
@@ -87,6 +90,9 @@ class Keyspace:
         # was changed and changed back (created then deleted, a TTL set then removed) still fails it.
         self.watched: dict[bytes, int] = {}
         self._changes: dict[bytes, int] = {}
+        # Keyspace notifications (kvd/notify.py), None while notify-keyspace-events is empty. The keyspace sends
+        # the events no command names: new, expired, evicted, keymiss; commands send their own.
+        self.events: KeyspaceEvents | None = None
 
     # -- sizes -----------------------------------------------------------------------------------------------
 
@@ -107,7 +113,16 @@ class Keyspace:
         if entry.expire_at and entry.expire_at <= (now or now_ms()):
             self._remove(key, entry, log_delete=False)
             self.stats.expired_keys += 1
+            if self.events is not None:
+                self.events.emit(EXPIRED, b"expired", key)
             return None
+        return entry
+
+    def lookup_read(self, key: bytes, now: int | None = None) -> Entry | None:
+        """``lookup`` for a command that reads the key (EXISTS, TYPE, TTL, STRLEN): a miss is a keymiss event."""
+        entry = self.lookup(key, now)
+        if entry is None and self.events is not None:
+            self.events.emit(KEY_MISS, b"keymiss", key)
         return entry
 
     def get(self, key: bytes) -> Value | Awaitable[Value | None] | None:
@@ -116,6 +131,8 @@ class Keyspace:
         stats = self.stats
         if entry is None or (entry.expire_at and self.lookup(key) is None):
             stats.keyspace_misses += 1
+            if self.events is not None:
+                self.events.emit(KEY_MISS, b"keymiss", key)
             return None
         stats.keyspace_hits += 1
         value = entry.value
@@ -270,6 +287,8 @@ class Keyspace:
             self.scan.add(entry)
             self.ram.add_key(key)
         self._entries[key] = entry
+        if old is None and self.events is not None:
+            self.events.emit(NEW, b"new", key)
 
     def touch(self, key: bytes) -> bool:
         """TOUCH: a live key becomes the most recently used (a cold one stays on disk); False if missing."""
@@ -354,6 +373,8 @@ class Keyspace:
                 self._remove(key, entry, log_delete=False)
                 self.stats.expired_keys += 1
                 done += 1
+                if self.events is not None:
+                    self.events.emit(EXPIRED, b"expired", key)
         return done
 
     # -- recovery --------------------------------------------------------------------------------------------
@@ -398,6 +419,8 @@ class Keyspace:
         if entry.value is None:
             self._remove(key, entry, log_delete=False)
             self.stats.evicted_keys += 1
+            if self.events is not None:
+                self.events.emit(EVICTED, b"evicted", key)
         else:
             entry.loc = None
 
@@ -474,9 +497,13 @@ class Keyspace:
                     return
                 self._remove(entry.key, entry, log_delete=False)
                 self.stats.evicted_keys += 1
+                if self.events is not None:
+                    self.events.emit(EVICTED, b"evicted", entry.key)
                 continue
             entry = ram.oldest_cold()
             if entry is None or self.policy == "noeviction":
                 return
             self._remove(entry.key, entry, log_delete=True)
             self.stats.evicted_keys += 1
+            if self.events is not None:
+                self.events.emit(EVICTED, b"evicted", entry.key)

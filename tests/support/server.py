@@ -101,6 +101,7 @@ _REDIS_PASSTHROUGH = {
     "slowlog-log-slower-than",
     "slowlog-max-len",
     "latency-monitor-threshold",
+    "notify-keyspace-events",
 }
 _REDIS_LOGLEVEL = {"debug": "debug", "info": "notice", "warning": "warning", "notice": "notice"}
 

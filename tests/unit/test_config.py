@@ -391,6 +391,7 @@ def test_runtime_keys() -> None:
         "slowlog-log-slower-than",
         "slowlog-max-len",
         "latency-monitor-threshold",
+        "notify-keyspace-events",
     }
     assert expected == RUNTIME_KEYS
 
