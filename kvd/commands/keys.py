@@ -11,6 +11,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from kvd.notify import GENERIC, NEW, notify
+from kvd.persist.dump import PayloadError, dump_payload, load_payload
 from kvd.protocol import errors
 from kvd.protocol.errors import CommandError
 from kvd.store.glob import glob_match
@@ -209,6 +210,101 @@ def copy(c: Client, argv: list[Any]) -> Any:
         c.reply.integer(1)
 
     return with_current(c, src, copy_to)
+
+
+@command(
+    "dump",
+    2,
+    READONLY,
+    (1, 1, 1),
+    group=G,
+    since="2.6.0",
+    complexity="O(1) to access the key and additional O(N*M) to serialize it, where N is the number of Redis "
+    "objects composing the value and M their average size. For small string values the time complexity is "
+    "thus O(1)+O(1*M) where M is small, so simply O(1).",
+    summary="Returns a serialized representation of the value stored at a key.",
+    usage="key",
+)
+def dump(c: Client, argv: list[Any]) -> Any:
+    """Redis's payload for the value (kvd/persist/dump.py), which RESTORE in kvd or Redis turns back into it."""
+    value = c.keyspace.get(bytes(argv[1]))
+
+    def reply(data: Value | None) -> None:
+        if data is None:
+            c.reply.null()
+        else:
+            c.reply.bulk(dump_payload(data))
+
+    if value is None or isinstance(value, bytes | bytearray | memoryview):
+        reply(value)
+        return None
+
+    async def finish() -> None:
+        reply(await value)
+
+    return finish()
+
+
+@command(
+    "restore",
+    -4,
+    f"{WRITE} {DENYOOM}",
+    (1, 1, 1),
+    group=G,
+    since="2.6.0",
+    complexity="O(1) to create the new key and additional O(N*M) to reconstruct the serialized value.",
+    summary="Creates a key from the serialized representation of a value.",
+    usage="key ttl serialized-value [REPLACE] [ABSTTL] [IDLETIME seconds] [FREQ frequency]",
+)
+def restore(c: Client, argv: list[Any]) -> None:
+    """A key from a DUMP payload (kvd's or Redis's), with Redis's checks in Redis's order. IDLETIME and FREQ
+    are checked and then have no effect: kvd's LRU keeps no access times, and FREQ is for LFU policies, which
+    Redis ignores under an LRU policy too; the key becomes the most recently used."""
+    key = bytes(argv[1])
+    replace = absttl = False
+    idle = freq = -1
+    i = 4
+    while i < len(argv):
+        opt, more = lower(argv[i]), len(argv) - i - 1
+        if opt == b"replace":
+            replace = True
+        elif opt == b"absttl":
+            absttl = True
+        elif opt == b"idletime" and more >= 1 and freq == -1:
+            i += 1
+            idle = parse_int(argv[i])
+            if idle < 0:
+                raise CommandError("ERR Invalid IDLETIME value, must be >= 0")
+        elif opt == b"freq" and more >= 1 and idle == -1:
+            i += 1
+            freq = parse_int(argv[i])
+            if not 0 <= freq <= 255:
+                raise CommandError("ERR Invalid FREQ value, must be >= 0 and <= 255")
+        else:
+            raise CommandError(errors.SYNTAX)
+        i += 1
+    ks = c.keyspace
+    existed = ks.lookup(key) is not None
+    if existed and not replace:
+        raise CommandError("BUSYKEY Target key name already exists.")
+    ttl = parse_int(argv[2])
+    if ttl < 0:
+        raise CommandError("ERR Invalid TTL value, must be >= 0")
+    try:
+        value = load_payload(argv[3])
+    except PayloadError as exc:
+        raise CommandError(exc.message) from None
+    deadline = (ttl if absttl else now_ms() + ttl) if ttl else 0
+    if deadline and deadline <= now_ms():  # already expired: the old key goes, no new one comes
+        if existed and ks.delete(key):
+            notify(ks, GENERIC, b"del", key)
+        c.reply.ok()
+        return
+    ks.set(key, value, deadline)
+    if existed:  # Redis deletes the old key and adds it anew
+        notify(ks, NEW, b"new", key)
+    notify(ks, GENERIC, b"restore", key)
+    c.reply.ok()
 
 
 def _ttl(c: Client, argv: list[Any], ms: bool, absolute: bool = False) -> None:

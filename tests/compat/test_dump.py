@@ -1,0 +1,69 @@
+"""DUMP and RESTORE move values between kvd and redis-server, both ways, at KV-chunk sizes."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from support.server import ServerProcess
+from support.tools import find_tool
+
+pytestmark = [pytest.mark.compat, pytest.mark.kvd_only, pytest.mark.timeout(120)]
+
+VALUES = {
+    "int": b"-70000",
+    "short": b"hello",
+    "compressible": b"kv-cache " * 120_000,  # ~1 MiB: Redis sends it LZF-compressed
+    "random": os.urandom(4 << 20),
+}
+
+
+@pytest.fixture
+def pair(tmp_path: Path, server_factory) -> Iterator[tuple[object, object]]:
+    find_tool("redis-server")
+    kvd = server_factory(persistence="yes", maxmemory="8mb")
+    redis = ServerProcess(tmp_path / "redis", kind="redis")
+    redis.start()
+    try:
+        yield kvd.client(), redis.client()
+    finally:
+        redis.stop()
+
+
+def test_values_dumped_by_redis_restore_into_kvd_and_back(pair):
+    kvd, redis = pair
+    for name, value in VALUES.items():
+        redis.set(name, value)
+        assert kvd.restore(name, 0, redis.dump(name)) == b"OK"
+        assert kvd.get(name) == value
+        assert redis.restore(f"{name}:back", 0, kvd.dump(name)) == b"OK"
+        assert redis.get(f"{name}:back") == value
+    assert len(redis.dump("compressible")) < len(VALUES["compressible"]) // 10  # it was compressed
+
+
+def test_restore_keeps_redis_s_rules(pair):
+    kvd, redis = pair
+    redis.set("s", "v")
+    payload = redis.dump("s")
+    assert kvd.restore("k", 100_000, payload) == b"OK"
+    assert 90_000 < kvd.pttl("k") <= 100_000
+    with pytest.raises(Exception, match="BUSYKEY Target key name already exists."):
+        kvd.restore("k", 0, payload)
+    assert kvd.restore("k", 0, payload, replace=True) == b"OK" and kvd.pttl("k") == -1
+    redis.rpush("list", "a", "b")
+    with pytest.raises(Exception, match="holds a list, and kvd stores strings only"):
+        kvd.restore("l", 0, redis.dump("list"))
+    assert kvd.exists("l") == 0
+
+
+def test_a_cold_value_dumps_from_disk(pair):
+    kvd, redis = pair
+    chunks = {f"chunk:{i}": os.urandom(1 << 20) for i in range(16)}  # twice the RAM tier
+    for key, value in chunks.items():
+        kvd.set(key, value)
+    assert int(kvd.info("kvd")["disk_only_keys"]) > 0
+    for key, value in chunks.items():
+        assert redis.restore(key, 0, kvd.dump(key), replace=True) == b"OK"
+        assert redis.get(key) == value
