@@ -322,12 +322,13 @@ class Client(asyncio.BufferedProtocol):
         try:
             result = cmd.handler(self, argv)
         except Exception as exc:
-            if self._command_failed(cmd.name, exc):
+            if self._command_failed(cmd.name, exc):  # OOM: a refusal, though an MSET may have logged some keys
+                self._log_dirty = self._log_dirty or logged
                 return self._refuse(cmd, "", argv, in_multi=False, replied=True)
             result = None
         if result is None:
             # INFO commandstats, SLOWLOG and the latency monitor, inline: this runs for every command (about
-            # 0.3 us, half of it the two clock reads; docs/benchmarks.md).
+            # 0.3 us, half of it the two clock reads; docs/operations.md, "Diagnostics").
             elapsed = _clock() - started
             stat = self._command_table.get(cmd.name) if not cmd.subcommands else None
             if stat is None:
