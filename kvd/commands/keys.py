@@ -19,7 +19,7 @@ from kvd.store.keyspace import Value, now_ms
 
 from .args import LLONG_MAX, check_db_index, lower, parse_int
 from .registry import DENYOOM, FAST, READONLY, WRITE, command
-from .values import with_current
+from .values import then, with_current
 
 if TYPE_CHECKING:
     from kvd.connection import Client
@@ -227,22 +227,9 @@ def copy(c: Client, argv: list[Any]) -> Any:
 )
 def dump(c: Client, argv: list[Any]) -> Any:
     """Redis's payload for the value (kvd/persist/dump.py), which RESTORE in kvd or Redis turns back into it."""
-    value = c.keyspace.get(bytes(argv[1]))
-
-    def reply(data: Value | None) -> None:
-        if data is None:
-            c.reply.null()
-        else:
-            c.reply.bulk(dump_payload(data))
-
-    if value is None or isinstance(value, bytes | bytearray | memoryview):
-        reply(value)
-        return None
-
-    async def finish() -> None:
-        reply(await value)
-
-    return finish()
+    return then(
+        c.keyspace.get(bytes(argv[1])), lambda v: c.reply.null() if v is None else c.reply.bulk(dump_payload(v))
+    )
 
 
 @command(

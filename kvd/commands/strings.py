@@ -8,7 +8,6 @@ old value through ``with_current`` (``values.py``), so a read from the disk tier
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +20,7 @@ from kvd.store.keyspace import Value, now_ms
 from . import longdouble
 from .args import LLONG_MAX, lower, parse_int
 from .registry import DENYOOM, FAST, READONLY, WRITE, command
-from .values import with_current
+from .values import then, with_current
 
 if TYPE_CHECKING:
     from kvd.connection import Client
@@ -46,19 +45,6 @@ def _expire_at(c: Client, unit: bytes, raw: bytes, name: str) -> int:
     return value
 
 
-def _then(value: Any, use: Callable[[Any], None]) -> Any:
-    """Call ``use`` with a value that may still be on disk. Returns None when done, or the awaitable the
-    connection must wait for (cold values are read off the event loop, see ``Keyspace.get``)."""
-    if value is None or isinstance(value, bytes | bytearray | memoryview):
-        use(value)
-        return None
-
-    async def finish() -> None:
-        use(await value)
-
-    return finish()
-
-
 def _reply_value(c: Client, value: Any) -> Any:
     """Reply with a value (or null) that may still be on disk."""
     if value is None:
@@ -67,7 +53,7 @@ def _reply_value(c: Client, value: Any) -> Any:
     if type(value) is bytes or type(value) is bytearray:  # resident: the common case, no closure built
         c.reply.bulk(value)
         return None
-    return _then(value, lambda v: c.reply.null() if v is None else c.reply.bulk(v))
+    return then(value, lambda v: c.reply.null() if v is None else c.reply.bulk(v))
 
 
 @command(
@@ -405,7 +391,7 @@ def getrange(c: Client, argv: list[Any]) -> Any:
             return
         c.reply.bulk(memoryview(data)[s : e + 1])
 
-    return _then(value, reply)
+    return then(value, reply)
 
 
 @command(

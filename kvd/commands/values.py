@@ -1,4 +1,5 @@
-"""A key's value and deadline as one consistent pair, for commands that read a value and then write.
+"""Values that may still be on disk: ``then`` for commands that only read one, ``with_current`` for those that
+read a value and then write.
 
 A cold value (demoted from RAM, still on disk) is read off the event loop, and other clients run meanwhile
 (``Keyspace.get``). A command that writes what it read (APPEND, INCR, SETRANGE, RENAME, COPY) must not write a
@@ -16,6 +17,19 @@ from kvd.store.keyspace import Value
 
 if TYPE_CHECKING:
     from kvd.connection import Client
+
+
+def then(value: Any, use: Callable[[Any], None]) -> Any:
+    """Call ``use`` with a value that may still be on disk. Returns None when done, or the awaitable the
+    connection must wait for (cold values are read off the event loop, see ``Keyspace.get``)."""
+    if value is None or isinstance(value, bytes | bytearray | memoryview):
+        use(value)
+        return None
+
+    async def finish() -> None:
+        use(await value)
+
+    return finish()
 
 
 def with_current(c: Client, key: bytes, use: Callable[[Value | None, int], None]) -> Any:
