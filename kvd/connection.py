@@ -644,7 +644,7 @@ class Client(asyncio.BufferedProtocol):
         batch being served), so it never pushes a held write reply out early."""
         if self._closed:
             return
-        self._out.append(data)
+        self._out.append(data)  # past CLIENT REPLY OFF: Redis delivers pushes to a muted client (CLIENT_PUSHING)
         if not (self._busy or self._log_dirty or self._write_spans):
             self._replies.add(self, together=True)
 

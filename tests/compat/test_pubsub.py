@@ -88,6 +88,17 @@ def test_resp3_subscribers_get_pushes_and_may_run_anything(server):
         assert parse(pub.command("PUBSUB", "SHARDNUMSUB", "s")) == [b"s", 0]
 
 
+def test_messages_reach_a_subscriber_whose_replies_are_off(server):
+    with server.raw() as sub, server.raw() as pub:
+        assert sub.command("HELLO", "3").startswith(b"%")
+        assert sub.command("SUBSCRIBE", "ch") == msg(b"subscribe", b"ch", 1, push=True)
+        sub.send_command("CLIENT", "REPLY", "OFF")  # mutes replies, not pushes (Redis's CLIENT_PUSHING)
+        assert pub.command("PUBLISH", "ch", "still") == b":1\r\n"
+        assert sub.read_reply() == msg(b"message", b"ch", b"still", push=True)
+        sub.send_command("GET", "x")  # its reply is dropped
+        assert sub.command("CLIENT", "REPLY", "ON") == b"+OK\r\n"
+
+
 def test_a_subscriber_that_disconnects_is_forgotten(server):
     with server.raw() as pub:
         sub = server.raw()
