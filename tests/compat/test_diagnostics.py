@@ -237,3 +237,14 @@ def test_commands_that_read_the_disk_are_counted_and_logged(server_factory):
         assert stats["get"]["calls"] == 1 and stats["get"]["failed_calls"] == 0
         logged = [e[3][:2] for e in parse(c.command("SLOWLOG", "GET", "-1"))]
         assert [b"GET", b"filler0"] in logged and [b"INCR", b"word"] in logged
+
+
+@pytest.mark.kvd_only  # kvd's own event: Redis names its AOF writes the same, but writes its log differently
+def test_a_slow_log_write_is_a_latency_event(server_factory):
+    srv = server_factory(persistence="yes", latency_monitor_threshold=1)
+    with srv.raw() as c:
+        assert c.command("SET", "chunk", b"x" * (32 << 20)) == b"+OK\r\n"  # 32 MiB into the page cache: > 1 ms
+        events = {row[0]: row for row in parse(c.command("LATENCY", "LATEST"))}
+        assert b"aof-write" in events
+        assert events[b"aof-write"][2] >= 1
+        assert b"aof-write" in parse(c.command("LATENCY", "DOCTOR"))
