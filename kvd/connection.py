@@ -502,11 +502,13 @@ class Client(asyncio.BufferedProtocol):
         return False
 
     async def _settle(self, pending: Any) -> None:
-        """Await a command that waited for the disk; a failure becomes its reply, as for a command that did not."""
+        """Await a command that waited for the disk. ``_finish_after`` has already made its failure its reply, so
+        what escapes here is a bug in the bookkeeping after that reply: logged, never a second reply to the
+        same request, and the client's pipeline goes on."""
         try:
             await pending
-        except Exception as exc:
-            self._command_failed(self.last_command, exc)
+        except Exception:
+            log.exception("internal error after %s from client %s (id=%d)", self.last_command, self.addr, self.id)
 
     async def _resume_after(self, pending: Any) -> None:
         await self._settle(pending)

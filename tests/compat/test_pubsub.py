@@ -76,6 +76,12 @@ def test_resp3_subscribers_get_pushes_and_may_run_anything(server):
         assert pub.command("PUBLISH", "s", "no") == b":0\r\n"  # shard channels are a namespace of their own
         assert parse(pub.command("PUBSUB", "SHARDCHANNELS")) == [b"s"]
         assert parse(pub.command("PUBSUB", "SHARDNUMSUB", "s", "a")) == [b"s", 1, b"a", 0]
+        line = parse(sub.command("CLIENT", "INFO")).decode()  # CLIENT LIST's line for this client
+        assert " flags=P " in line and " sub=1 psub=0 ssub=1 " in line and " multi=-1 " in line
+        assert sub.command("MULTI") == b"+OK\r\n" and sub.command("GET", "k") == b"+QUEUED\r\n"
+        line = parse(pub.command("CLIENT", "LIST")).decode()
+        assert any(" flags=Px " in row and " multi=1 " in row for row in line.splitlines())
+        assert sub.command("DISCARD") == b"+OK\r\n"
         # Its own message comes before the reply to its PUBLISH, as in Redis.
         sub.send_command("PUBLISH", "a", "self")
         assert sub.read_replies(2) == [msg(b"message", b"a", b"self", push=True), b":1\r\n"]
