@@ -3,15 +3,16 @@
 With the K class a change to key ``k`` is published on ``__keyspace@0__:k`` with the event's name as the
 message; with E on ``__keyevent@0__:<event>`` with the key as the message. Which events are sent is chosen by
 class, with Redis's letters: g generic (del, expire, persist, rename_from, rename_to, copy_to), $ string
-(set, append, setrange, incrby, incrbyfloat), x expired, e evicted, n new (a key was created), m keymiss (a
-value read found no key), A every class but m and n. The letters for types kvd does not store (l s h z t) and
+(set, append, setrange, incrby, incrbyfloat, setbit), x expired, e evicted, n new (a key was created), m
+keymiss (a value read found no key), A every class but m and n. The letters for types kvd does not store (l s h z t) and
 for modules (d) are accepted and never fire. An event is named as Redis names it for the same command, and
 published once the command has changed the key, in Redis's order (``new`` before the command's own event).
 
 What counts as eviction: a key deleted to honour ``maxmemory`` (persistence off) or ``max-disk``. A value that
-moves from RAM to disk is not evicted: its key stays, and nothing is sent. ``keymiss`` is sent by the commands
-that read a value (GET, MGET, GETDEL, GETEX, GETRANGE, SUBSTR, SET ... GET, GETSET), not by EXISTS, TYPE, TTL
-or STRLEN. Cost when off (the default): one test of ``Keyspace.events`` per write.
+moves from RAM to disk is not evicted: its key stays, and nothing is sent. ``keymiss`` is sent by every command
+that looks a key up to read it and finds none, as Redis's ``lookupKeyRead`` sends it (GET, MGET, STRLEN, EXISTS,
+TTL, GETBIT, BITCOUNT, BITOP's sources, a BITFIELD of GETs only, ...), not by writes. Cost when off (the
+default): one test of ``Keyspace.events`` per write.
 """
 
 from __future__ import annotations

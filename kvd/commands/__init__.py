@@ -1,6 +1,18 @@
 """Command handlers, one module per family; importing this package fills the command table."""
 
-from . import connection, diagnostics, keys, kvd_ext, memory, pubsub, replication, server, strings, transactions  # noqa: F401  (registration side effects)
+from . import (  # noqa: F401  (registration side effects)
+    bitmaps,
+    connection,
+    diagnostics,
+    keys,
+    kvd_ext,
+    memory,
+    pubsub,
+    replication,
+    server,
+    strings,
+    transactions,
+)
 from .registry import COMMANDS, Command
 
 __all__ = ["COMMANDS", "Command"]

@@ -1,5 +1,5 @@
 """Values that may still be on disk: ``then`` for commands that only read one, ``with_current`` for those that
-read a value and then write.
+read a value and then write, ``with_all`` for BITOP, which reads several and writes one.
 
 A cold value (demoted from RAM, still on disk) is read off the event loop, and other clients run meanwhile
 (``Keyspace.get``). A command that writes what it read (APPEND, INCR, SETRANGE, RENAME, COPY) must not write a
@@ -10,6 +10,7 @@ when the key changed while it waited, and hands the command the value and deadli
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -60,6 +61,50 @@ def with_current(c: Client, key: bytes, use: Callable[[Value | None, int], None]
             entry, value = current, ks.get(key)
             if value is None or isinstance(value, bytes | bytearray | memoryview):
                 use(value, current.expire_at if value is not None else 0)
+                return
+
+    return read_then_use()
+
+
+def with_all(c: Client, keys: list[bytes], use: Callable[[list[Value | None]], None]) -> Any:
+    """Call ``use(values)`` with the values of ``keys`` (None: missing) as they all were at one moment: BITOP's
+    sources, whose result is written to another key.
+
+    Cold values are read first, concurrently; if any key was rewritten, deleted or expired while they were read,
+    every key is looked up again, as ``with_current`` does for one. Each look-up counts a hit or a miss."""
+    ks = c.keyspace
+
+    def snapshot() -> tuple[list[Any], list[tuple[Any, Any]]]:
+        marks = []
+        for key in keys:
+            entry = ks.lookup(key)
+            marks.append((entry, entry.loc if entry is not None else None))
+        return [ks.get(key) for key in keys], marks
+
+    def resident(value: Any) -> bool:
+        return value is None or isinstance(value, bytes | bytearray | memoryview)
+
+    values, marks = snapshot()
+    if all(resident(v) for v in values):
+        use(values)
+        return None
+
+    async def read_then_use() -> None:
+        nonlocal values, marks
+        while True:
+            pending = [v for v in values if not resident(v)]
+            loaded = iter(await asyncio.gather(*pending))
+            values = [v if resident(v) else next(loaded) for v in values]
+            unchanged = all(
+                ks.lookup(key) is entry and (entry is None or (entry.loc == loc and value is not None))
+                for key, value, (entry, loc) in zip(keys, values, marks, strict=True)
+            )
+            if unchanged:
+                use(values)
+                return
+            values, marks = snapshot()
+            if all(resident(v) for v in values):
+                use(values)
                 return
 
     return read_then_use()

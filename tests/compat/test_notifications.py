@@ -47,6 +47,18 @@ SCRIPT = [
     (["STRLEN", "zz"], [("keymiss", "zz")]),
     (["EXISTS", "zz"], [("keymiss", "zz")]),
     (["TTL", "zz"], [("keymiss", "zz")]),
+    (["SETBIT", "b", "7", "1"], [("new", "b"), ("setbit", "b")]),
+    (["SETBIT", "b", "7", "1"], []),  # the bit was set already
+    (["SETBIT", "b", "100", "0"], [("setbit", "b")]),  # the string grew
+    (["BITFIELD", "b", "SET", "u8", "0", "3"], [("setbit", "b")]),
+    (["BITFIELD", "b", "GET", "u8", "0"], []),
+    (["BITFIELD", "nb", "GET", "u8", "0"], [("keymiss", "nb")]),
+    (["BITFIELD", "b", "OVERFLOW", "FAIL", "INCRBY", "u8", "0", "1000"], []),
+    (["BITOP", "OR", "bo", "b"], [("new", "bo"), ("set", "bo")]),
+    (["BITOP", "AND", "bo", "zz"], [("keymiss", "zz"), ("del", "bo")]),
+    (["GETBIT", "zz", "0"], [("keymiss", "zz")]),
+    (["BITCOUNT", "zz"], [("keymiss", "zz")]),
+    (["BITPOS", "zz", "1"], [("keymiss", "zz")]),
     (["FLUSHALL"], []),
 ]
 MARK = b"__keyspace@0__:~mark"
