@@ -170,7 +170,7 @@ can_build_extension() {
 
 buildable_extensions() {
     # The C extensions pip can build here (a compiler and the Python headers assumed), as one import list.
-    local mods="kvd._buffers, kvd.protocol._receive, kvd.protocol._multibulk, kvd.persist._dump, kvd.commands._bitops"
+    local mods="kvd._buffers, kvd.protocol._receive, kvd.protocol._multibulk, kvd.persist._dump, kvd.commands._bitops, kvd.commands._lcs"
     [ -f /usr/include/xxhash.h ] && [ -f /usr/include/zlib.h ] && mods="$mods, kvd.persist._records"
     echo "$mods"
 }

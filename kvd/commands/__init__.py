@@ -6,6 +6,7 @@ from . import (  # noqa: F401  (registration side effects)
     diagnostics,
     keys,
     kvd_ext,
+    lcs,
     memory,
     pubsub,
     replication,

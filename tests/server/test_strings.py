@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import time
 
 import pytest
@@ -222,3 +223,28 @@ def test_a_write_during_a_cold_read_is_not_lost(server_factory, request_, result
             cold_rounds += r.info("kvd")["disk_hits"] > hits
             assert r.get("c") in results
     assert cold_rounds >= 10  # the command did read "c" from disk
+
+
+def test_lcs_subsequence_length_and_runs(server):
+    r = server.client()
+    r.mset({"k1": "ohmytext", "k2": "mynewtext"})
+    assert r.lcs("k1", "k2") == b"mytext"
+    assert r.lcs("k1", "k2", len=True) == 6
+    # RESP2: the map is a flat array (redis-py leaves it so)
+    assert r.lcs("k1", "k2", idx=True, minmatchlen=4, withmatchlen=True) == [
+        b"matches",
+        [[[4, 7], [5, 8], 4]],
+        b"len",
+        6,
+    ]
+    assert r.lcs("k1", "missing") == b""
+    with pytest.raises(redis.ResponseError, match="^If you want both the length and indexes, please just use IDX.$"):
+        r.execute_command("LCS", "k1", "k2", "LEN", "IDX")
+    # 8 KiB against 8 KiB: a 256 MB table, filled in C; 9 KiB against 16 KiB passes proto-max-bulk-len's 512 MB
+    rng = random.Random(3)
+    a, b = (bytes(rng.choice(b"acgt") for _ in range(8192)) for _ in "ab")  # LCS about 0.65 of the length
+    r.mset({"a": a, "b": b, "big": os.urandom(16384), "big2": os.urandom(9216)})
+    length = r.lcs("a", "b", len=True)
+    assert 4000 < length < 8192 and len(r.lcs("a", "b")) == length
+    with pytest.raises(redis.ResponseError, match="^Insufficient memory, transient memory for LCS exceeds"):
+        r.lcs("big", "big2")
