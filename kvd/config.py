@@ -230,6 +230,15 @@ class Settings:
         "Notifications",
         runtime=True,
     )
+    # Client-side caching
+    tracking_table_max_keys: int = _key(
+        "int",
+        1_000_000,
+        "CLIENT TRACKING remembers this many keys at most; past it the oldest are invalidated (0 = no limit)",
+        "Client-side caching",
+        low=0,
+        runtime=True,
+    )
     # Diagnostics
     slowlog_log_slower_than: int = _key(
         "int",

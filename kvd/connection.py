@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 from kvd import monitor
 from kvd.commands import COMMANDS
-from kvd.commands.registry import ADMIN, ALIASES, FAST, NO_MULTI, NOAUTH, READONLY, subcommand_error
+from kvd.commands.registry import ADMIN, ALIASES, FAST, NO_MULTI, NOAUTH, READONLY, command_keys, subcommand_error
 from kvd.protocol import errors, lowat
 from kvd.protocol.errors import CommandError, DropConnection, ProtocolError
 from kvd.protocol.lowat import ReceiveLowWater
@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     from kvd.pubsub import Subscriptions
     from kvd.server import Server
     from kvd.stats import CommandStats, ServerStats
+    from kvd.tracking import ClientTracking
 
 log = logging.getLogger("kvd.client")
 
@@ -148,6 +149,8 @@ class Client(asyncio.BufferedProtocol):
         self.subscriptions: Subscriptions | None = None  # channels and patterns, once it subscribes (pubsub.py)
         self._pubsub_resp2 = False  # subscribed with RESP2: only the commands Redis allows there (_execute_pubsub)
         self.unblock_error: str | None = None
+        self.tracking: ClientTracking | None = None  # CLIENT TRACKING on (kvd/tracking.py)
+        self._held_invalidations: list[bytes] | None = None  # while a tracking client's command runs
 
     # -- asyncio protocol callbacks ----------------------------------------------------------------------------
 
@@ -187,6 +190,8 @@ class Client(asyncio.BufferedProtocol):
         if self._low_water is not None:
             self._low_water.close()
         self.unwatch()
+        if self.tracking is not None:
+            self.server.tracking.disable(self)
         self.server.unregister(self)
 
     def buffer_updated(self, nbytes: int, reads: int = 1, land: bytearray | None = None) -> None:
@@ -320,7 +325,7 @@ class Client(asyncio.BufferedProtocol):
         errors_before = self.reply.errors
         started = _clock()
         try:
-            result = cmd.handler(self, argv)
+            result = cmd.handler(self, argv) if self.tracking is None else self._call_tracked(cmd, argv)
         except Exception as exc:
             if self._command_failed(cmd.name, exc):  # OOM: a refusal, though an MSET may have logged some keys
                 self._log_dirty = self._log_dirty or logged
@@ -377,6 +382,62 @@ class Client(asyncio.BufferedProtocol):
                 stat.failed += 1
         if elapsed >= self._watch_ns:
             self._slow(cmd, argv, elapsed)
+
+    # -- CLIENT TRACKING (kvd/tracking.py) ----------------------------------------------------------------------
+
+    def _call_tracked(self, cmd: Any, argv: list[Any]) -> Any:
+        """Run a command of a tracking client: the keys it reads are remembered, a change it makes is known as its
+        own (NOLOOP), and the invalidations meant for it while it runs wait until it has answered, as Redis sends
+        them after the reply (``trackingHandlePendingKeyInvalidations``). EXEC runs its queue through here too:
+        the outermost call delivers."""
+        tracking = self.server.tracking
+        assert tracking is not None
+        outer = self._held_invalidations is None
+        if outer:
+            self._held_invalidations = []
+        tracking.writer = self
+        try:
+            result = cmd.handler(self, argv)
+        except BaseException:
+            if outer:
+                self._deliver_invalidations()
+            raise
+        finally:
+            tracking.writer = None
+        mode = self.tracking
+        if mode is not None:  # the command may have been CLIENT TRACKING off or RESET
+            if READONLY in cmd.flags and not mode.bcast and mode.tracks_next_command():
+                # Also when the value is still being read from disk: a change during that read is then held
+                # here and sent after the reply, so the reply never outlives its invalidation.
+                keys = command_keys(cmd, argv)
+                if keys:
+                    tracking.remember(self, keys)
+            if not self.executing_transaction and cmd.name != "client":
+                mode.caching = False  # CLIENT CACHING counts for the next command (all of an EXEC) only
+        if not outer:
+            return result
+        if result is None:
+            self._deliver_invalidations()
+            return None
+        return self._deliver_after(result)
+
+    async def _deliver_after(self, pending: Any) -> None:
+        try:
+            await pending
+        finally:
+            self._deliver_invalidations()
+
+    def _deliver_invalidations(self) -> None:
+        held, self._held_invalidations = self._held_invalidations, None
+        for data in held or ():
+            self.push(data)
+
+    def push_invalidation(self, data: bytes) -> None:
+        """An invalidation message for this client: now, or after the command it is running has answered."""
+        if self._held_invalidations is not None:
+            self._held_invalidations.append(data)
+        else:
+            self.push(data)
 
     def _command_stats(self, cmd: Any, argv: list[Any]) -> CommandStats | None:
         """The counters for ``argv``: a subcommand's own (``client|list``) as in Redis; None for an unknown
@@ -658,12 +719,16 @@ class Client(asyncio.BufferedProtocol):
         """CLIENT LIST's flags, as Redis writes them: x in MULTI, P subscribed, O a monitor, N for none."""
         flags = ("O" if self.monitoring else "") + ("P" if self.subscriptions and self.subscriptions.total() else "")
         flags += "x" if self._multi is not None else ""
+        mode = self.tracking
+        if mode is not None:
+            flags += "t" + ("R" if mode.broken else "") + ("B" if mode.bcast else "")
         return flags or "N"
 
     def describe(self) -> str:
         subs = self.subscriptions
         now = time.monotonic()
         out_size = self.output_bytes()
+        redirect = self.tracking.redirect if self.tracking is not None else -1
         return (
             f"id={self.id} addr={self.addr} laddr={self.laddr} fd=-1 name={self.name.decode(errors='replace')} "
             f"age={int(now - self.created)} idle={int(self.idle(now))} flags={self._flags()} db=0 "
@@ -671,7 +736,7 @@ class Client(asyncio.BufferedProtocol):
             f"ssub={len(subs.shard) if subs else 0} multi={len(self._multi) if self._multi is not None else -1} "
             f"qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs={len(self.parser._buf)} rbp=0 obl=0 oll=0 "
             f"omem={out_size} tot-mem={out_size + len(self.parser._buf)} events=r cmd={self.last_command} "
-            f"user=default redir=-1 resp={self.reply.proto} lib-name={self.lib_name.decode(errors='replace')} "
+            f"user=default redir={redirect} resp={self.reply.proto} lib-name={self.lib_name.decode(errors='replace')} "
             f"lib-ver={self.lib_ver.decode(errors='replace')}"
         )
 

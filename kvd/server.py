@@ -26,6 +26,7 @@ from kvd.persist.saves import Saves
 from kvd.pubsub import PubSub
 from kvd.slowlog import SlowLog
 from kvd.stats import ServerStats, render_info
+from kvd.tracking import Tracking
 
 if TYPE_CHECKING:
     from kvd.persist import RecoveryReport
@@ -44,6 +45,7 @@ class Server:
         self.clients: dict[int, Client] = {}
         self.monitors: set[Client] = set()  # clients that sent MONITOR (kvd/monitor.py)
         self.pubsub = PubSub()  # channels, patterns and their subscribers (kvd/pubsub.py)
+        self.tracking: Tracking | None = None  # client-side caching, from the first CLIENT TRACKING on
         keyspace.events = _events(self.pubsub, settings)
         self.stats = ServerStats()
         self.replies = ReplyBatch(self.stats)  # replies written together at the end of each loop iteration
@@ -66,6 +68,13 @@ class Server:
         self._tick: asyncio.Task[None] | None = None
 
     # -- clients -----------------------------------------------------------------------------------------------
+
+    def client_tracking(self) -> Tracking:
+        """The tracking table, made when a client first turns CLIENT TRACKING on (kvd/tracking.py)."""
+        if self.tracking is None:
+            self.tracking = Tracking(self.clients, self.settings.tracking_table_max_keys)
+            self.keyspace.tracking = self.tracking
+        return self.tracking
 
     def next_client_id(self) -> int:
         self._next_id += 1
@@ -101,6 +110,8 @@ class Server:
         if new.notify_keyspace_events != old.notify_keyspace_events:
             ks.events = _events(self.pubsub, new)
         self.slowlog.configure(new.slowlog_log_slower_than, new.slowlog_max_len)
+        if self.tracking is not None:
+            self.tracking.max_keys = new.tracking_table_max_keys
         self.latency.threshold_ms = new.latency_monitor_threshold
         self.watch_ns = _watch_ns(new)
         if ks.log is not None and new.appendfsync != old.appendfsync:

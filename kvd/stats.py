@@ -230,6 +230,7 @@ def _clients(s: Server) -> list[tuple[str, object]]:
         ("maxclients", s.settings.maxclients),
         ("blocked_clients", 0),
         ("clients_waiting_on_disk", sum(1 for c in s.clients.values() if c.busy)),
+        ("tracking_clients", s.tracking.tracking_clients if s.tracking is not None else 0),
     ]
 
 
@@ -299,6 +300,9 @@ def _stats(s: Server) -> list[tuple[str, object]]:
         ("pubsub_channels", s.pubsub.count("channel")),
         ("pubsub_patterns", s.pubsub.count("pattern")),
         ("pubsubshard_channels", s.pubsub.count("shard")),  # Redis 7.0 and 7.2 spell it so
+        ("tracking_total_keys", len(s.tracking.table) if s.tracking is not None else 0),
+        ("tracking_total_items", s.tracking.items if s.tracking is not None else 0),
+        ("tracking_total_prefixes", len(s.tracking.prefixes) if s.tracking is not None else 0),
         ("total_error_replies", st.error_replies),
         ("unexpected_error_replies", 0),
         ("client_output_buffer_limit_disconnections", st.output_limit_disconnections),

@@ -12,6 +12,7 @@ from . import (  # noqa: F401  (registration side effects)
     replication,
     server,
     strings,
+    tracking,
     transactions,
 )
 from .registry import COMMANDS, Command

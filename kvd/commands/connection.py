@@ -163,6 +163,8 @@ def reset(c: Client, argv: list[Any]) -> None:
     if c.subscriptions is not None:  # and subscribed to nothing
         c.server.pubsub.forget(c)
     c.update_pubsub_mode()
+    if c.tracking is not None:  # and no longer tracking keys
+        c.server.client_tracking().disable(c)
     c.reply.raw(b"+RESET\r\n")
 
 

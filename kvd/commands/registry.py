@@ -100,6 +100,15 @@ def command(
     return register
 
 
+def command_keys(cmd: Command, argv: list[Any]) -> list[bytes]:
+    """The key arguments of ``argv`` by the command's (first, last, step): COMMAND GETKEYS, and the keys a
+    tracking client's read-only command makes kvd remember (kvd/tracking.py)."""
+    if cmd.first_key == 0:
+        return []
+    last = cmd.last_key if cmd.last_key >= 0 else len(argv) + cmd.last_key
+    return [bytes(argv[i]) for i in range(cmd.first_key, min(last, len(argv) - 1) + 1, cmd.step)]
+
+
 def subcommand_error(container: Command, argv: list[Any]) -> str | None:
     """Redis's error for ``CONTAINER SUB args...`` naming no subcommand or with the wrong count, else None.
 

@@ -29,6 +29,7 @@ from .registry import (
     NOAUTH,
     Command,
     command,
+    command_keys,
     run_subcommand,
     subcommand_help,
 )
@@ -525,10 +526,11 @@ def command_getkeys(c: Client, argv: list[Any]) -> None:
     if cmd is None:
         raise CommandError("ERR Invalid command specified")
     args = argv[2:]
+    if (cmd.arity > 0 and len(args) != cmd.arity) or len(args) < -cmd.arity:
+        raise CommandError("ERR Invalid number of arguments specified for command")
     if cmd.first_key == 0:
         raise CommandError("ERR The command has no key arguments")
-    last = cmd.last_key if cmd.last_key >= 0 else len(args) + cmd.last_key
-    c.reply.bulk_array([args[i] for i in range(cmd.first_key, last + 1, cmd.step)])
+    c.reply.bulk_array(command_keys(cmd, args))
 
 
 @command(

@@ -41,6 +41,7 @@ from .scan import ScanIndex
 if TYPE_CHECKING:
     from kvd.notify import KeyspaceEvents
     from kvd.persist import Location, RecoveredKeys, SegmentLog
+    from kvd.tracking import Tracking
 
 log = logging.getLogger("kvd.keyspace")
 
@@ -93,6 +94,9 @@ class Keyspace:
         # Keyspace notifications (kvd/notify.py), None while notify-keyspace-events is empty. The keyspace sends
         # the events no command names: new, expired, evicted, keymiss; commands send their own.
         self.events: KeyspaceEvents | None = None
+        # Client-side caching (kvd/tracking.py), None until a client first turns CLIENT TRACKING on: told of
+        # every change to a key (Redis's signalModifiedKey), so that clients that cached it drop it.
+        self.tracking: Tracking | None = None
 
     # -- sizes -----------------------------------------------------------------------------------------------
 
@@ -263,6 +267,8 @@ class Keyspace:
         if expire_at:
             self.expiry.live += 1
             self.expiry.schedule(key, expire_at)
+        if self.tracking is not None:
+            self.tracking.invalidate(key)
         if ram.budget and ram.used > ram.budget and not moving:
             self._evict()
 
@@ -316,6 +322,8 @@ class Keyspace:
             return True
         if self.watched:
             self._changed(key)
+        if self.tracking is not None:
+            self.tracking.invalidate(key)
         if self.log is not None:
             self.log.append_expire(key, expire_at)
         if entry.expire_at and not expire_at:
@@ -332,6 +340,8 @@ class Keyspace:
         for key in self.watched:
             if key in self._entries:  # as Redis, a watched key that did not exist is not changed by a flush
                 self._changed(key)
+        if self.tracking is not None:
+            self.tracking.flush()
         if self.log is not None:
             self.log.append_flush()
         self._entries.clear()
@@ -458,6 +468,8 @@ class Keyspace:
         del self._entries[key]
         if self.watched:
             self._changed(key)
+        if self.tracking is not None:
+            self.tracking.invalidate(key)
         self.ram.release(entry)
         self.ram.drop_key(key)
         self.scan.remove(entry)

@@ -147,6 +147,14 @@ class Grammar:
                                [b"WAIT", b"1", b"2"], [b"WAIT", b"0"]]),
             lambda: [b"MOVE", self.key(), self.pick([b"0", b"1", b"-1", b"x", b"99999999999"])],
             lambda: [b"SWAPDB", self.pick([b"0", b"1", b"x", b"-1"]), self.pick([b"0", b"1", b"x"])],
+            # Client-side caching, never switched on: invalidation pushes would change how many replies a request
+            # gets (test_tracking.py compares those); here the options' checks and the replies about the state.
+            lambda: [b"CLIENT", *self.pick([[b"GETREDIR"], [b"TRACKINGINFO"], [b"CACHING", b"YES"], [b"CACHING", b"x"],
+                                            [b"TRACKING", b"OFF"], [b"TRACKING", b"ON", b"PREFIX", b"a"],
+                                            [b"TRACKING", b"ON", b"OPTIN", b"OPTOUT"], [b"TRACKING", b"MAYBE"],
+                                            [b"TRACKING", b"ON", b"REDIRECT", b"999999"], [b"TRACKING"],
+                                            [b"TRACKING", b"ON", b"BCAST", b"PREFIX", b"ab", b"PREFIX", b"a"],
+                                            [b"TRACKING", b"ON", b"REDIRECT", b"x"], [b"GETREDIR", b"x"]])],
             lambda: [b"CLIENT", b"UNBLOCK", *self.pick([[b"99999"], [b"x"], [b"1", b"foo"], [b"1", b"TIMEOUT"],
                                                        [b"x", b"ERROR"], [], [b"1", b"2", b"3"]])],
             lambda: [b"LATENCY", *self.pick([[b"LATEST"], [b"HISTORY", b"command"], [b"RESET"], [b"RESET", b"a"],

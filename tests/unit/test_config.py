@@ -392,6 +392,7 @@ def test_runtime_keys() -> None:
         "slowlog-max-len",
         "latency-monitor-threshold",
         "notify-keyspace-events",
+        "tracking-table-max-keys",
     }
     assert expected == RUNTIME_KEYS
 
