@@ -151,6 +151,9 @@ class Client(asyncio.BufferedProtocol):
         self.unblock_error: str | None = None
         self.tracking: ClientTracking | None = None  # CLIENT TRACKING on (kvd/tracking.py)
         self._held_invalidations: list[bytes] | None = None  # while a tracking client's command runs
+        self.no_touch = False  # CLIENT NO-TOUCH on: its reads leave the LRU order alone
+        self.no_evict = False  # CLIENT NO-EVICT on: shown in CLIENT LIST (kvd evicts no clients, only keys)
+        self._special = False  # tracking or no_touch: commands run through _call_special
 
     # -- asyncio protocol callbacks ----------------------------------------------------------------------------
 
@@ -325,7 +328,7 @@ class Client(asyncio.BufferedProtocol):
         errors_before = self.reply.errors
         started = _clock()
         try:
-            result = cmd.handler(self, argv) if self.tracking is None else self._call_tracked(cmd, argv)
+            result = self._call_special(cmd, argv) if self._special else cmd.handler(self, argv)
         except Exception as exc:
             if self._command_failed(cmd.name, exc):  # OOM: a refusal, though an MSET may have logged some keys
                 self._log_dirty = self._log_dirty or logged
@@ -383,13 +386,30 @@ class Client(asyncio.BufferedProtocol):
         if elapsed >= self._watch_ns:
             self._slow(cmd, argv, elapsed)
 
-    # -- CLIENT TRACKING (kvd/tracking.py) ----------------------------------------------------------------------
+    # -- CLIENT TRACKING and NO-TOUCH ---------------------------------------------------------------------------
+
+    def update_special(self) -> None:
+        """After CLIENT TRACKING, NO-TOUCH or RESET: whether commands go through ``_call_special``."""
+        self._special = self.tracking is not None or self.no_touch
+
+    def _call_special(self, cmd: Any, argv: list[Any]) -> Any:
+        """Run a command of a client with CLIENT NO-TOUCH or TRACKING on. NO-TOUCH: its reads do not touch the
+        LRU (TOUCH excepted). TRACKING (kvd/tracking.py): the keys it reads are remembered, a change it makes is
+        known as its own (NOLOOP), and the invalidations meant for it while it runs wait until it has answered,
+        as Redis sends them after the reply. EXEC runs its queue through here too: the outermost call delivers."""
+        ks = self.keyspace
+        untouched = self.no_touch and cmd.name != "touch" and not ks.reads_untouched  # EXEC's queue: EXEC's call
+        if untouched:
+            self.keyspace.reading_without_touch(True)
+        try:
+            if self.tracking is None:
+                return cmd.handler(self, argv)
+            return self._call_tracked(cmd, argv)
+        finally:
+            if untouched:
+                ks.reading_without_touch(False)
 
     def _call_tracked(self, cmd: Any, argv: list[Any]) -> Any:
-        """Run a command of a tracking client: the keys it reads are remembered, a change it makes is known as its
-        own (NOLOOP), and the invalidations meant for it while it runs wait until it has answered, as Redis sends
-        them after the reply (``trackingHandlePendingKeyInvalidations``). EXEC runs its queue through here too:
-        the outermost call delivers."""
         tracking = self.server.tracking
         assert tracking is not None
         outer = self._held_invalidations is None
@@ -399,7 +419,7 @@ class Client(asyncio.BufferedProtocol):
         try:
             result = cmd.handler(self, argv)
         except BaseException:
-            if outer:
+            if outer:  # only a write that failed half-way (MSET out of memory) has any: before its error reply
                 self._deliver_invalidations()
             raise
         finally:
@@ -722,6 +742,7 @@ class Client(asyncio.BufferedProtocol):
         mode = self.tracking
         if mode is not None:
             flags += "t" + ("R" if mode.broken else "") + ("B" if mode.bcast else "")
+        flags += ("e" if self.no_evict else "") + ("T" if self.no_touch else "")
         return flags or "N"
 
     def describe(self) -> str:

@@ -107,6 +107,7 @@ class Tracking:
         elif client.tracking.bcast:
             mode.prefixes = client.tracking.prefixes  # ON again in BCAST mode adds prefixes to the ones it has
         client.tracking = mode
+        client.update_special()
         if mode.bcast:
             for prefix in prefixes or [b""]:
                 if prefix not in mode.prefixes:
@@ -126,6 +127,7 @@ class Tracking:
                 if not state.clients:
                     del self.prefixes[prefix]
         client.tracking = None
+        client.update_special()
         self.tracking_clients -= 1
 
     # -- reads ---------------------------------------------------------------------------------------------------

@@ -165,6 +165,8 @@ def reset(c: Client, argv: list[Any]) -> None:
     c.update_pubsub_mode()
     if c.tracking is not None:  # and no longer tracking keys
         c.server.client_tracking().disable(c)
+    c.no_touch = c.no_evict = False
+    c.update_special()
     c.reply.raw(b"+RESET\r\n")
 
 
@@ -421,8 +423,12 @@ def client_unpause(c: Client, argv: list[Any]) -> None:
     usage="ON | OFF",
 )
 def client_no_evict(c: Client, argv: list[Any]) -> None:
-    if lower(argv[2]) not in (b"on", b"off"):
+    """Redis exempts such a client from client eviction (maxmemory-clients). kvd evicts no clients, only keys,
+    so every client is exempt; the flag is kept for CLIENT LIST ('e')."""
+    switch = lower(argv[2])
+    if switch not in (b"on", b"off"):
         raise CommandError(errors.SYNTAX)
+    c.no_evict = switch == b"on"
     c.reply.ok()
 
 
@@ -437,8 +443,13 @@ def client_no_evict(c: Client, argv: list[Any]) -> None:
     usage="ON | OFF",
 )
 def client_no_touch(c: Client, argv: list[Any]) -> None:
-    if lower(argv[2]) not in (b"on", b"off"):
+    """ON: this client's reads no longer make a value the most recently used one, so a scan or a monitoring
+    tool does not keep what it looks at in RAM (TOUCH still touches)."""
+    switch = lower(argv[2])
+    if switch not in (b"on", b"off"):
         raise CommandError(errors.SYNTAX)
+    c.no_touch = switch == b"on"
+    c.update_special()
     c.reply.ok()
 
 

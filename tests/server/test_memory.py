@@ -173,3 +173,31 @@ def test_rename_evicts_nothing(server_factory):
     assert r.rename("big", "big2") is True
     assert r.info("stats")["evicted_keys"] == 0
     assert r.exists(*[f"small{i}" for i in range(20)]) == 20
+
+
+@pytest.mark.kvd_only  # kvd's LRU is exact (Redis samples), and CLIENT NO-TOUCH is Redis 7.2's
+@pytest.mark.parametrize("no_touch", [False, True])
+def test_client_no_touch_reads_leave_the_lru_order(server_factory, no_touch):
+    """A read makes a value the most recently used, so the next eviction spares it; with CLIENT NO-TOUCH on, a
+    read changes nothing and the oldest value goes first. TOUCH still touches."""
+    srv = server_factory("--persistence", "no", "--maxmemory", "3mb")
+    r = srv.client()
+    reader = srv.client()
+    value = b"x" * (512 * 1024)
+    for i in range(4):
+        r.set(f"k{i}", value)
+    if no_touch:
+        assert reader.execute_command("CLIENT", "NO-TOUCH", "ON") == b"OK"
+        assert "T" in reader.client_info()["flags"]
+    assert reader.get("k0") == value
+    assert reader.mget("k0") == [value]
+    for i in range(4, 6):
+        r.set(f"k{i}", value)  # five values fit in 3 MiB: the sixth evicts the least recently used
+    assert r.exists("k0") == (0 if no_touch else 1)
+    assert r.exists("k1") == (1 if no_touch else 0)
+    if no_touch:
+        reader.touch("k1")  # TOUCH is the exception
+        r.set("k6", value)
+        assert r.exists("k1") == 1 and r.exists("k2") == 0
+        reader.execute_command("RESET")
+        assert "T" not in reader.client_info()["flags"]
