@@ -240,6 +240,7 @@ class Server:
                 if self.paused is None:  # as Redis: no key expires actively while clients are paused
                     self.keyspace.expire_cycle()
                 now = time.monotonic()
+                self.keyspace.ram.set_clock(int(now))
                 self.latency.add("expire-cycle", now - started)
                 st = self.stats
                 st.ops_per_sec.sample(now, st.commands_processed(), st.net_input_bytes, st.net_output_bytes)

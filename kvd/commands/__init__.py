@@ -8,6 +8,7 @@ from . import (  # noqa: F401  (registration side effects)
     kvd_ext,
     lcs,
     memory,
+    objects,
     pubsub,
     replication,
     server,

@@ -91,7 +91,8 @@ def setbit(c: Client, argv: list[Any]) -> Any:
     def store(old: Value | None, deadline: int) -> None:
         was = old[byte] >> shift & 1 if old is not None and byte < len(old) else 0
         if old is not None and byte < len(old) and was == on:
-            c.reply.integer(was)  # nothing changes: nothing is written
+            c.keyspace.unshare(key)  # nothing changes and nothing is written; the value is now Redis's "raw"
+            c.reply.integer(was)
             return
         new = bytearray(old if old is not None else b"")  # a new object: the stored one may still be in flight
         if len(new) <= byte:
@@ -387,6 +388,8 @@ def _bitfield(c: Client, argv: list[Any], read_only: bool) -> Any:
                 changes += 1
         if grown or changes:
             c.keyspace.set(key, data, deadline)
+        else:
+            c.keyspace.unshare(key)
         if changes:
             notify(c.keyspace, STRING, b"setbit", key)
         c.reply.array(len(results))

@@ -2,7 +2,8 @@
 
 Values are opaque bytes: KV-cache chunks arrive as bytearrays received in place by the parser and are stored
 without a copy. Commands that derive a new value (APPEND, SETRANGE, INCR) build a new object rather than
-mutating the stored one, because replies and in-flight disk writes may still hold views of it. They read the
+mutating the stored one, because replies and in-flight disk writes may still hold views of it. APPEND and
+SETRANGE build a bytearray, which OBJECT ENCODING reports as Redis reports their results: raw. They read the
 old value through ``with_current`` (``values.py``), so a read from the disk tier never ends in a lost update.
 """
 
@@ -424,9 +425,12 @@ def append(c: Client, argv: list[Any]) -> Any:
     suffix = bytes(argv[2])
 
     def store(old: Value | None, deadline: int) -> None:
-        old = old if old is not None else b""
-        _check_length(c, len(old) + len(suffix))
-        new = bytes(old) + suffix
+        if old is None:
+            new: Value = suffix  # a new key holds the argument itself, as in Redis (OBJECT ENCODING int/embstr)
+        else:
+            _check_length(c, len(old) + len(suffix))
+            new = bytearray(old)  # built in place, as Redis's raw strings are (OBJECT ENCODING)
+            new += suffix
         c.keyspace.set(key, new, deadline)
         notify(c.keyspace, STRING, b"append", key)
         c.reply.integer(len(new))
@@ -466,7 +470,7 @@ def setrange(c: Client, argv: list[Any]) -> Any:
         if len(new) < offset:
             new += bytes(offset - len(new))  # zero-padded, as Redis's sdsgrowzero
         new[offset : offset + len(patch)] = patch
-        c.keyspace.set(key, bytes(new), deadline)
+        c.keyspace.set(key, new, deadline)  # a bytearray: Redis's raw encoding (OBJECT ENCODING)
         notify(c.keyspace, STRING, b"setrange", key)
         c.reply.integer(len(new))
 

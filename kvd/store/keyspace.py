@@ -52,6 +52,14 @@ def _untouched(entry: Entry) -> None:
     pass
 
 
+SMALL_VALUE = 44  # up to this size a value read from disk is kept as bytes (Redis's embstr limit, OBJECT ENCODING)
+
+
+def lru_clock() -> int:
+    """Whole seconds of the monotonic clock: the LRU clock entries are stamped with (the server's tick sets it)."""
+    return int(time.monotonic())
+
+
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -82,6 +90,7 @@ class Keyspace:
     def __init__(self, *, maxmemory: int, policy: str = "allkeys-lru", seg_log: SegmentLog | None = None) -> None:
         self._entries: dict[bytes, Entry] = {}
         self.ram = RamTier(maxmemory, persisted=seg_log is not None)
+        self.ram.set_clock(lru_clock())
         self.policy = policy
         self.scan = ScanIndex()
         self.expiry = ExpiryHeap()
@@ -194,6 +203,8 @@ class Keyspace:
             if self._entries.get(key) is entry and entry.loc == loc:
                 self._remove(key, entry, log_delete=True)
             return None
+        if len(value) <= SMALL_VALUE:
+            value = bytes(value)  # as small values arrive from clients: a bytes object is 24 bytes smaller
         # Promote only if nobody changed the key while we read (every write gives the entry a new location).
         if self._entries.get(key) is entry and entry.value is None and entry.loc == loc and self._fits(value):
             entry.value = value
@@ -288,6 +299,14 @@ class Keyspace:
             self.tracking.invalidate(key)
         if ram.budget and ram.used > ram.budget and not moving:
             self._evict()
+
+    def unshare(self, key: bytes) -> None:
+        """Redis's ``dbUnshareStringValue`` for a write that changes no byte (SETBIT of a bit that is already so):
+        a resident small value becomes a bytearray of the same bytes, which OBJECT ENCODING reports as raw, as
+        Redis's would be. Nothing is logged, nothing is charged: the bytes are the same."""
+        entry = self._entries.get(key)
+        if entry is not None and type(entry.value) is bytes:
+            entry.value = bytearray(entry.value)
 
     def rename(self, src: bytes, dst: bytes, value: Value, expire_at: int) -> None:
         """RENAME: ``dst`` takes ``src``'s value (the same object) and deadline, and ``src`` goes. The log gets

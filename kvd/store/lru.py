@@ -37,7 +37,7 @@ Value = bytes | bytearray | memoryview
 
 
 class Entry:
-    __slots__ = ("expire_at", "key", "loc", "next", "prev", "seq", "value")
+    __slots__ = ("atime", "expire_at", "key", "loc", "next", "prev", "seq", "value")
 
     def __init__(self, key: bytes, value: Value | None, expire_at: int, loc: Location | None, seq: int) -> None:
         self.key = key
@@ -47,17 +47,20 @@ class Entry:
         self.seq = seq
         self.prev: Any = None  # the RAM tier's links (Entry | None); None: on no list
         self.next: Any = None
+        self.atime = 0  # the LRU clock (monotonic seconds) when last written or read: OBJECT IDLETIME
 
 
 class LruList:
-    """Entries from least to most recently used. An entry is on at most one list at a time."""
+    """Entries from least to most recently used. An entry is on at most one list at a time. Linking an entry
+    stamps it with ``now``, the LRU clock the owner keeps (whole seconds, as Redis's LRU clock)."""
 
-    __slots__ = ("_head", "count")
+    __slots__ = ("_head", "count", "now")
 
     def __init__(self) -> None:
         head = self._head = Entry(b"", None, 0, None, 0)
         head.prev = head.next = head
         self.count = 0
+        self.now = 0
 
     def __len__(self) -> int:
         return self.count
@@ -81,15 +84,18 @@ class LruList:
         entry.prev = last
         entry.next = head
         head.prev = entry
+        entry.atime = self.now
         self.count += 1
 
     def extend(self, entries: list[Entry]) -> None:
         """Link unlinked ``entries``, in order, as the most recent (a recovered keyspace, in one pass)."""
         head = self._head
         last = head.prev
+        now = self.now
         for entry in entries:
             last.next = entry
             entry.prev = last
+            entry.atime = now
             last = entry
         last.next = head
         head.prev = last
@@ -105,6 +111,7 @@ class LruList:
 
     def move_to_end(self, entry: Entry) -> None:
         """``entry``, on this list, becomes the most recent."""
+        entry.atime = self.now
         head = self._head
         last = head.prev
         if last is entry:

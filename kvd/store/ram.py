@@ -13,7 +13,7 @@ end is O(1), and the hit rate is the best an LRU can get.
 Accounting. ``used`` counts, for every key, its length plus ``KEY_OVERHEAD`` (the Python objects that carry it:
 the Entry with its LRU links, the dict slot, the SCAN index slot) plus, with persistence on,
 ``LOCATION_OVERHEAD`` (its record's ``Location``), and for every resident value its length plus
-``VALUE_OVERHEAD``. Without persistence their sum, 314 bytes, is close to what small keys really cost the
+``VALUE_OVERHEAD``. Without persistence their sum, 322 bytes, is close to what small keys really cost the
 process: a million 16-byte keys with 16-byte values, written by redis-py in pipelines of 10 000, added 328-342
 bytes of RSS per key (about 300 beyond the payload), and 463-468 with persistence on (2026-11-23; 426-453 and
 560 while the LRU order was an ``OrderedDict`` and SCAN's index a ``SortedDict``). The figure moves by a few
@@ -30,7 +30,7 @@ from typing import Any
 
 from .lru import Entry, LruList
 
-KEY_OVERHEAD = 250
+KEY_OVERHEAD = 258  # 250, and 8 since the Entry carries its LRU clock stamp (OBJECT IDLETIME)
 LOCATION_OVERHEAD = 100  # a Location (a 4-field tuple, 72 bytes, and its offset, 32) for every persisted key
 VALUE_OVERHEAD = 64
 
@@ -101,10 +101,16 @@ class RamTier:
             self.cold.remove(entry)
 
     def demote(self, entry: Entry) -> None:
-        """Drop a resident value that is safe on disk; the key stays, cold."""
+        """Drop a resident value that is safe on disk; the key stays, cold (and as idle as it was)."""
+        atime = entry.atime
         self.release(entry)
         entry.value = None
         self.cold.append(entry)
+        entry.atime = atime
+
+    def set_clock(self, now: int) -> None:
+        """The LRU clock in whole seconds, stamped on entries as they are written or read (OBJECT IDLETIME)."""
+        self.hot.now = self.cold.now = now
 
     def oldest_hot(self) -> Entry | None:
         return self.hot.oldest()

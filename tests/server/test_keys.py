@@ -261,3 +261,30 @@ def test_rename_logs_the_new_key_before_deleting_the_old(server_factory):
         records += record.scan(data, record.FILE_HDR_SIZE, len(data)).records
     lsn = {(rec.rtype, rec.key): rec.lsn for rec in records}
     assert lsn[(record.SET, b"new")] < lsn[(record.DEL, b"old")]
+
+
+def test_object_encoding_refcount_idletime_freq(server):
+    """OBJECT as Redis answers it for strings: the encoding each write leaves, idle seconds that a read resets
+    and OBJECT itself does not, and FREQ's error without an LFU policy."""
+    r = server.client()
+    r.mset({"i": "12345", "e": "hello", "r": "x" * 45, "big": "x" * 300_000, "neg0": "-0"})
+    r.append("a", "12")  # a new key holds the argument: int
+    r.append("ra", "x")
+    r.append("ra", "y")  # appended to: raw
+    r.setbit("b", 1, 1)
+    r.incr("n")
+    got = {k: r.object("encoding", k).decode() for k in ("i", "e", "r", "big", "neg0", "a", "ra", "b", "n")}
+    assert got == {"i": "int", "e": "embstr", "r": "raw", "big": "raw", "neg0": "embstr", "a": "int",
+                   "ra": "raw", "b": "raw", "n": "int"}  # fmt: skip
+    assert r.object("encoding", "missing") is None
+    assert r.object("refcount", "e") == 1
+    assert r.object("idletime", "e") == 0
+    with pytest.raises(redis.ResponseError, match="^An LFU maxmemory policy is not selected"):
+        r.object("freq", "e")
+    with pytest.raises(redis.ResponseError, match="unknown subcommand"):
+        r.execute_command("OBJECT", "SHAPE", "e")
+    time.sleep(2.2)
+    assert r.object("idletime", "e") >= 2
+    assert r.object("idletime", "e") >= 2  # OBJECT does not touch
+    assert r.get("e") == b"hello"
+    assert r.object("idletime", "e") == 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import time
 
 import pytest
 import redis
@@ -201,3 +202,20 @@ def test_client_no_touch_reads_leave_the_lru_order(server_factory, no_touch):
         assert r.exists("k1") == 1 and r.exists("k2") == 0
         reader.execute_command("RESET")
         assert "T" not in reader.client_info()["flags"]
+
+
+@pytest.mark.kvd_only  # the disk tier
+def test_object_on_values_on_disk(server_factory):
+    """A value moved to disk keeps its idle time (a demotion is not an access) and its encoding: a short one is
+    read back to tell int from embstr, and stays bytes once read."""
+    srv = server_factory("--persistence", "yes", "--maxmemory", "4mb")
+    r = srv.client()
+    r.mset({"small": "12", "word": "hello", "long": "x" * 100})
+    time.sleep(1.2)
+    demoted = r.info("kvd")["ram_evictions"]
+    r.mset({f"fill{i}": bytes([i]) * (1 << 20) for i in range(8)})  # the three oldest values go to disk
+    assert r.info("kvd")["ram_evictions"] >= demoted + 3
+    assert r.object("idletime", "small") >= 1
+    assert [r.object("encoding", k) for k in ("small", "word", "long")] == [b"int", b"embstr", b"raw"]
+    assert r.object("encoding", "small") == b"int"  # now resident again
+    assert r.get("small") == b"12"

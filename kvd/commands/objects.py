@@ -1,0 +1,176 @@
+"""OBJECT ENCODING, REFCOUNT, IDLETIME, FREQ and HELP: how a key's value is held (Redis's ``object.c``).
+
+kvd stores every value as bytes and keeps no Redis encodings, so ENCODING answers the one Redis would use for
+the same value: ``int`` for an integer of up to 20 characters in its canonical form, ``embstr`` up to 44 bytes,
+``raw`` beyond, and ``raw`` for what APPEND, SETRANGE and the bitmap commands built (kvd builds those as
+bytearrays, as Redis builds them as raw strings). One difference: an INCRBYFLOAT result that reads as an integer
+("3") answers ``int``, where Redis, which does not try to encode that result, answers ``embstr``.
+
+REFCOUNT answers 2147483647 for the integers 0-9999 that Redis shares when no LRU policy with a memory limit
+stops it, else 1. IDLETIME is the seconds since the value was last written or read (kvd's LRU clock, whole
+seconds as Redis's; CLIENT NO-TOUCH reads and OBJECT itself do not count). FREQ needs an LFU policy, which kvd
+does not have, so it answers Redis's error for an LRU one.
+
+OBJECT does not touch the key. A key whose value is on disk answers IDLETIME and REFCOUNT from memory; its
+ENCODING needs the value's bytes only when it is 44 bytes or shorter, and then reads it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kvd.protocol.errors import CommandError
+from kvd.store.keyspace import SMALL_VALUE, Entry, Value, lru_clock
+
+from .args import parse_int
+from .registry import READONLY, command, run_subcommand, subcommand_help
+from .values import then
+
+if TYPE_CHECKING:
+    from kvd.connection import Client
+
+G = "generic"
+SHARED_REFCOUNT = 2**31 - 1  # Redis's OBJ_SHARED_REFCOUNT
+SHARED_INTEGERS = 10000
+
+
+def encoding(value: Value) -> bytes:
+    """Redis's ``tryObjectEncoding`` of a string value as kvd holds it."""
+    if type(value) is not bytes or len(value) > SMALL_VALUE:
+        return b"raw"
+    if len(value) <= 20 and _integer(value) is not None:
+        return b"int"
+    return b"embstr"
+
+
+def _integer(value: bytes) -> int | None:
+    try:
+        return parse_int(value)
+    except CommandError:
+        return None
+
+
+@command(
+    "object",
+    -2,
+    "",
+    group=G,
+    since="2.2.3",
+    summary="A container for object introspection commands.",
+    usage="subcommand [argument [argument ...]]",
+)
+def object_(c: Client, argv: list[Any]) -> Any:
+    return run_subcommand(c, argv, "object")
+
+
+def _lookup(c: Client, key: bytes) -> Entry | None:
+    """The entry, untouched, counted as a hit or a miss as Redis's lookupKeyReadWithFlags counts it; a miss
+    answers null."""
+    entry = c.keyspace.lookup(key)
+    stats = c.keyspace.stats
+    if entry is None:
+        stats.keyspace_misses += 1
+        c.reply.null()
+    else:
+        stats.keyspace_hits += 1
+    return entry
+
+
+@command(
+    "encoding",
+    3,
+    READONLY,
+    (2, 2, 1),
+    group=G,
+    since="2.2.3",
+    parent="object",
+    summary="Returns the internal encoding of a Redis object.",
+    usage="key",
+)
+def object_encoding(c: Client, argv: list[Any]) -> Any:
+    key = bytes(argv[2])
+    entry = _lookup(c, key)
+    if entry is None:
+        return None
+    if entry.value is not None:
+        c.reply.bulk(encoding(entry.value))
+        return None
+    if entry.loc.value_len > SMALL_VALUE:
+        c.reply.bulk(b"raw")
+        return None
+    return then(c.keyspace.load(key, entry), lambda v: c.reply.null() if v is None else c.reply.bulk(encoding(v)))
+
+
+@command(
+    "refcount",
+    3,
+    READONLY,
+    (2, 2, 1),
+    group=G,
+    since="2.2.3",
+    parent="object",
+    summary="Returns the reference count of a value of a key.",
+    usage="key",
+)
+def object_refcount(c: Client, argv: list[Any]) -> None:
+    entry = _lookup(c, bytes(argv[2]))
+    if entry is None:
+        return
+    settings = c.server.settings
+    value = entry.value
+    shared = (
+        (settings.maxmemory == 0 or settings.maxmemory_policy == "noeviction")
+        and value is not None
+        and encoding(value) == b"int"
+        and 0 <= int(value) < SHARED_INTEGERS
+    )
+    c.reply.integer(SHARED_REFCOUNT if shared else 1)
+
+
+@command(
+    "idletime",
+    3,
+    READONLY,
+    (2, 2, 1),
+    group=G,
+    since="2.2.3",
+    parent="object",
+    summary="Returns the time since the last access to a Redis object.",
+    usage="key",
+)
+def object_idletime(c: Client, argv: list[Any]) -> None:
+    entry = _lookup(c, bytes(argv[2]))
+    if entry is not None:
+        c.reply.integer(max(lru_clock() - entry.atime, 0))
+
+
+@command(
+    "freq",
+    3,
+    READONLY,
+    (2, 2, 1),
+    group=G,
+    since="4.0.0",
+    parent="object",
+    summary="Returns the logarithmic access frequency counter of a Redis object.",
+    usage="key",
+)
+def object_freq(c: Client, argv: list[Any]) -> None:
+    if _lookup(c, bytes(argv[2])) is not None:
+        raise CommandError(
+            "ERR An LFU maxmemory policy is not selected, access frequency not tracked. Please note that when "
+            "switching between policies at runtime LRU and LFU data will take some time to adjust."
+        )
+
+
+@command(
+    "help",
+    2,
+    "",
+    group=G,
+    since="6.2.0",
+    parent="object",
+    summary="Returns helpful text about the different subcommands.",
+)
+def object_help(c: Client, argv: list[Any]) -> None:
+    subcommand_help(c, "object")
