@@ -43,6 +43,16 @@ def lower(raw: bytes | bytearray) -> bytes:
     return bytes(raw).lower()
 
 
+def c_word(raw: bytes | bytearray) -> bytes:
+    """An argument as C's string functions see it: up to its first NUL byte (``string2ll(p, strlen(p))``)."""
+    return bytes(raw).split(b"\0", 1)[0]
+
+
+def option(raw: bytes | bytearray) -> bytes:
+    """An option as Redis's ``strcasecmp`` compares it: lowercased, up to its first NUL byte."""
+    return c_word(raw).lower()
+
+
 def text(raw: bytes | bytearray) -> str:
     return bytes(raw).decode("utf-8", "surrogateescape")
 

@@ -24,7 +24,7 @@ from kvd.protocol.errors import CommandError
 from kvd.store.keyspace import Entry, Value
 
 from . import bitops
-from .args import parse_int
+from .args import c_word, option, parse_int
 from .registry import DENYOOM, FAST, READONLY, WRITE, command
 from .values import then, with_all, with_current
 
@@ -36,13 +36,6 @@ BAD_OFFSET = "ERR bit offset is not an integer or out of range"
 BAD_BIT = "ERR bit is not an integer or out of range"
 BAD_FIELD_TYPE = "ERR Invalid bitfield type. Use something like i16 u8. Note that u64 is not supported but i64 is."
 _U64 = (1 << 64) - 1
-
-
-def _word(raw: Any) -> bytes:
-    """An option as Redis's ``strcasecmp`` sees it: lowercased, up to its first NUL byte."""
-    word = bytes(raw)
-    end = word.find(b"\0")
-    return (word if end < 0 else word[:end]).lower()
 
 
 def _bit_offset(c: Client, raw: Any, bits: int = 0) -> int:
@@ -127,7 +120,7 @@ def getbit(c: Client, argv: list[Any]) -> Any:
 
 def _unit(argv: list[Any], at: int) -> bool:
     """``BIT`` (True) or ``BYTE`` (False, also when absent) at ``argv[at]``."""
-    unit = _word(argv[at]) if len(argv) > at else b"byte"
+    unit = option(argv[at]) if len(argv) > at else b"byte"
     if unit not in (b"bit", b"byte"):
         raise CommandError(errors.SYNTAX)
     return unit == b"bit"
@@ -274,7 +267,7 @@ def _find_bit(data: Value, bit: int, start: int, end: int, first_mask: int, last
     usage="operation destkey key [key ...]",
 )
 def bitop(c: Client, argv: list[Any]) -> Any:
-    op = bitops.OPS.get(_word(argv[1]))
+    op = bitops.OPS.get(option(argv[1]))
     if op is None:
         raise CommandError(errors.SYNTAX)
     if op == bitops.NOT and len(argv) != 4:
@@ -303,7 +296,7 @@ _OVERFLOW = {b"wrap": bitops.WRAP, b"sat": bitops.SAT, b"fail": bitops.FAIL}
 
 def _field_type(raw: Any) -> tuple[bool, int]:
     """``i1``..``i64`` or ``u1``..``u63`` -> (signed, bits); u64 is refused, its values do not fit a reply."""
-    word = bytes(raw).split(b"\0", 1)[0]
+    word = c_word(raw)
     sign = word[:1]
     if sign not in (b"i", b"u"):
         raise CommandError(BAD_FIELD_TYPE)
@@ -321,10 +314,10 @@ def _parse_fields(c: Client, argv: list[Any]) -> tuple[list[tuple[int, bool, int
     highest = -1
     j = 2
     while j < len(argv):
-        name = _word(argv[j])
+        name = option(argv[j])
         remaining = len(argv) - j - 1
         if name == b"overflow" and remaining >= 1:
-            rule = _OVERFLOW.get(_word(argv[j + 1]))
+            rule = _OVERFLOW.get(option(argv[j + 1]))
             if rule is None:
                 raise CommandError("ERR Invalid OVERFLOW type specified")
             overflow = rule

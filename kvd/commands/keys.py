@@ -17,7 +17,7 @@ from kvd.protocol.errors import CommandError
 from kvd.store.glob import glob_match
 from kvd.store.keyspace import Value, now_ms
 
-from .args import LLONG_MAX, check_db_index, lower, parse_int
+from .args import LLONG_MAX, c_word, check_db_index, lower, parse_int
 from .registry import DENYOOM, FAST, READONLY, WRITE, command
 from .values import then, with_current
 
@@ -508,7 +508,7 @@ def _parse_cursor(raw: bytes | bytearray) -> int:
     optional sign, a negative one wrapping modulo 2**64, the empty string as 0; anything else, a leading space
     or a value past 2**64 - 1 is ``invalid cursor``. kvd's own cursors are plain digits; the rest is accepted
     so that any cursor Redis takes is taken here too."""
-    text = bytes(raw).split(b"\0", 1)[0]
+    text = c_word(raw)
     digits = text.lstrip(b"+-").lstrip(b"0")
     if not _CURSOR.fullmatch(text) or len(digits) > 20:  # past 2**64 - 1 (and CPython's limit on long int text)
         raise CommandError(errors.INVALID_CURSOR)

@@ -18,7 +18,7 @@ from kvd.protocol import errors
 from kvd.protocol.errors import CommandError
 from kvd.store.keyspace import Value
 
-from .args import parse_int
+from .args import option, parse_int
 from .registry import READONLY, command
 from .values import with_all
 
@@ -100,14 +100,14 @@ def lcs(c: Client, argv: list[Any]) -> Any:
         min_len = 0
         j = 3
         while j < len(argv):
-            option = bytes(argv[j]).split(b"\0", 1)[0].lower()
-            if option == b"idx":
+            word = option(argv[j])
+            if word == b"idx":
                 want_idx = True
-            elif option == b"len":
+            elif word == b"len":
                 want_len = True
-            elif option == b"withmatchlen":
+            elif word == b"withmatchlen":
                 with_len = True
-            elif option == b"minmatchlen" and j + 1 < len(argv):
+            elif word == b"minmatchlen" and j + 1 < len(argv):
                 min_len = max(parse_int(argv[j + 1]), 0)
                 j += 1
             else:

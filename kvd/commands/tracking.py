@@ -10,18 +10,13 @@ from kvd.protocol import errors
 from kvd.protocol.errors import CommandError
 from kvd.tracking import ClientTracking
 
-from .args import parse_int
+from .args import option, parse_int
 from .registry import command
 
 if TYPE_CHECKING:
     from kvd.connection import Client
 
 G = "connection"
-
-
-def _word(raw: Any) -> bytes:
-    """An option as Redis's ``strcasecmp`` sees it: lowercased, up to its first NUL byte."""
-    return bytes(raw).split(b"\0", 1)[0].lower()
 
 
 def _overlap(a: bytes, b: bytes) -> bool:
@@ -45,30 +40,30 @@ def client_tracking(c: Client, argv: list[Any]) -> None:
     prefixes: list[bytes] = []
     j = 3
     while j < len(argv):
-        option = _word(argv[j])
+        word = option(argv[j])
         more = j + 1 < len(argv)
-        if option == b"redirect" and more:
+        if word == b"redirect" and more:
             j += 1
             if redirect:
                 raise CommandError("ERR A client can only redirect to a single other client")
             redirect = parse_int(argv[j])
             if redirect not in c.server.clients:
                 raise CommandError("ERR The client ID you want redirect to does not exist")
-        elif option == b"bcast":
+        elif word == b"bcast":
             bcast = True
-        elif option == b"optin":
+        elif word == b"optin":
             optin = True
-        elif option == b"optout":
+        elif word == b"optout":
             optout = True
-        elif option == b"noloop":
+        elif word == b"noloop":
             noloop = True
-        elif option == b"prefix" and more:
+        elif word == b"prefix" and more:
             j += 1
             prefixes.append(bytes(argv[j]))
         else:
             raise CommandError(errors.SYNTAX)
         j += 1
-    switch = _word(argv[2])
+    switch = option(argv[2])
     if switch == b"off":
         if c.tracking is not None:
             c.server.client_tracking().disable(c)
@@ -136,7 +131,7 @@ def client_caching(c: Client, argv: list[Any]) -> None:
             "ERR CLIENT CACHING can be called only when the client is in tracking mode with OPTIN or OPTOUT mode "
             "enabled"
         )
-    answer = _word(argv[2])
+    answer = option(argv[2])
     if answer == b"yes":
         if not mode.optin:
             raise CommandError("ERR CLIENT CACHING YES is only valid when tracking is enabled in OPTIN mode.")
