@@ -200,8 +200,10 @@ def test_client_no_touch_reads_leave_the_lru_order(server_factory, no_touch):
         reader.touch("k1")  # TOUCH is the exception
         r.set("k6", value)
         assert r.exists("k1") == 1 and r.exists("k2") == 0
+        assert reader.execute_command("CLIENT", "NO-EVICT", "ON") == b"OK"
+        assert reader.client_info()["flags"] == "eT"  # Redis's letters and order
         reader.execute_command("RESET")
-        assert "T" not in reader.client_info()["flags"]
+        assert reader.client_info()["flags"] == "N"
 
 
 @pytest.mark.kvd_only  # the disk tier
