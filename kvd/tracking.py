@@ -97,6 +97,7 @@ class Tracking:
         self.prefixes: dict[bytes, _Prefix] = {}
         self.tracking_clients = 0
         self.writer: Client | None = None  # the tracking client whose command is running (NOLOOP)
+        self._loop = asyncio.get_running_loop()  # made by CLIENT TRACKING, on the server's loop
         self._broadcast_due = False
 
     # -- CLIENT TRACKING on / off ------------------------------------------------------------------------------
@@ -162,7 +163,7 @@ class Tracking:
                     state.keys[key] = writer
                     if not self._broadcast_due:
                         self._broadcast_due = True
-                        asyncio.get_running_loop().call_soon(self._broadcast)
+                        self._loop.call_soon(self._broadcast)
         if key in self.table:
             self._invalidate_readers(key)
 
