@@ -55,14 +55,6 @@ def _stored_length(entry: Entry) -> int:
     return len(entry.value) if entry.value is not None else entry.loc.value_len
 
 
-def _lookup_read(c: Client, key: bytes) -> Entry | None:
-    """The key's entry, or None counted as Redis's ``lookupKeyRead`` counts a miss (keyspace_misses, keymiss)."""
-    entry = c.keyspace.lookup(key)
-    if entry is None:
-        c.keyspace.get(key)  # missing: this only counts the miss
-    return entry
-
-
 @command(
     "setbit",
     4,
@@ -157,7 +149,7 @@ def _span(start: int, end: int | None, in_bits: bool, length: int) -> tuple[int,
     usage="key [start end [BYTE | BIT]]",
 )
 def bitcount(c: Client, argv: list[Any]) -> Any:
-    entry = _lookup_read(c, bytes(argv[1]))
+    entry = c.keyspace.lookup_read(bytes(argv[1]))
     if entry is None:
         c.reply.integer(0)
         return None
@@ -180,7 +172,7 @@ def bitcount(c: Client, argv: list[Any]) -> Any:
         count -= (value[start] & first_mask).bit_count() + (value[end] & last_mask).bit_count()
         c.reply.integer(count)
 
-    return then(c.keyspace.get(bytes(argv[1])), reply)
+    return then(c.keyspace.value_of(bytes(argv[1]), entry), reply)
 
 
 @command(
@@ -198,7 +190,7 @@ def bitpos(c: Client, argv: list[Any]) -> Any:
     bit = parse_int(argv[2])
     if bit not in (0, 1):
         raise CommandError("ERR The bit argument must be 1 or 0.")
-    entry = _lookup_read(c, bytes(argv[1]))
+    entry = c.keyspace.lookup_read(bytes(argv[1]))
     if entry is None:
         c.reply.integer(-1 if bit else 0)  # a missing key is an endless run of zeros
         return None
@@ -218,7 +210,7 @@ def bitpos(c: Client, argv: list[Any]) -> Any:
             return
         c.reply.integer(_find_bit(value, bit, *span, end_given))
 
-    return then(c.keyspace.get(bytes(argv[1])), reply)
+    return then(c.keyspace.value_of(bytes(argv[1]), entry), reply)
 
 
 def _find_bit(data: Value, bit: int, start: int, end: int, first_mask: int, last_mask: int, end_given: bool) -> int:

@@ -209,7 +209,7 @@ def copy(c: Client, argv: list[Any]) -> Any:
         notify(ks, GENERIC, b"copy_to", dst)
         c.reply.integer(1)
 
-    return with_current(c, src, copy_to)
+    return with_current(c, src, copy_to, read=True)  # Redis reads COPY's source: a hit or a miss in INFO
 
 
 @command(

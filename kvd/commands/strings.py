@@ -261,7 +261,7 @@ def getex(c: Client, argv: list[Any]) -> Any:
         c.reply.null()
         return None
     expire_at = _expire_at(c, unit, raw, "getex") if unit else 0
-    value = c.keyspace.get(key)
+    value = c.keyspace.value_of(key, entry)
     if unit or (persist and entry.expire_at):  # PERSIST of a key without a TTL changes (and logs) nothing
         deleted = unit and expire_at <= now_ms()
         c.keyspace.set_expire(key, expire_at)

@@ -33,20 +33,21 @@ def then(value: Any, use: Callable[[Any], None]) -> Any:
     return finish()
 
 
-def with_current(c: Client, key: bytes, use: Callable[[Value | None, int], None]) -> Any:
+def with_current(c: Client, key: bytes, use: Callable[[Value | None, int], None], read: bool = False) -> Any:
     """Call ``use(value, deadline)`` with the key's value and deadline (None, 0: missing), as one consistent pair.
 
     A cold value is read from disk first, and the event loop serves other clients meanwhile; if the key was
     rewritten, deleted or expired during that read, the look-up starts over, so ``use`` never pairs an old value
-    with a new key. Returns None when done at once, else the awaitable the connection waits for."""
+    with a new key. Returns None when done at once, else the awaitable the connection waits for. The look-up is
+    a write's (no keyspace hit or miss in INFO), or with ``read`` a read's, as COPY's source is in Redis."""
     ks = c.keyspace
-    entry = ks.lookup(key)
+    entry = ks.lookup_read(key) if read else ks.lookup(key)
     if entry is None:
         use(None, 0)
         return None
-    value = ks.get(key)
-    if value is None or isinstance(value, bytes | bytearray | memoryview):
-        use(value, entry.expire_at if value is not None else 0)  # None: it expired in between
+    value = ks.value_of(key, entry)
+    if isinstance(value, bytes | bytearray | memoryview):
+        use(value, entry.expire_at)
         return None
 
     async def read_then_use() -> None:
@@ -58,9 +59,9 @@ def with_current(c: Client, key: bytes, use: Callable[[Value | None, int], None]
             if current is None or (current is entry and current.loc == loc and loaded is not None):
                 use(loaded if current is not None else None, current.expire_at if current is not None else 0)
                 return
-            entry, value = current, ks.get(key)
-            if value is None or isinstance(value, bytes | bytearray | memoryview):
-                use(value, current.expire_at if value is not None else 0)
+            entry, value = current, ks.value_of(key, current)
+            if isinstance(value, bytes | bytearray | memoryview):
+                use(value, current.expire_at)
                 return
 
     return read_then_use()

@@ -140,10 +140,16 @@ class Keyspace:
         return entry
 
     def lookup_read(self, key: bytes, now: int | None = None) -> Entry | None:
-        """``lookup`` for a command that reads the key (EXISTS, TYPE, TTL, STRLEN): a miss is a keymiss event."""
+        """``lookup`` for a command that reads the key (EXISTS, TYPE, TTL, STRLEN, GETEX, BITCOUNT), as Redis's
+        ``lookupKeyRead``: a hit or a miss for INFO, and a miss is a keymiss event. A command that then needs the
+        value takes it with ``value_of``, which counts nothing more."""
         entry = self.lookup(key, now)
-        if entry is None and self.events is not None:
-            self.events.emit(KEY_MISS, b"keymiss", key)
+        if entry is None:
+            self.stats.keyspace_misses += 1
+            if self.events is not None:
+                self.events.emit(KEY_MISS, b"keymiss", key)
+        else:
+            self.stats.keyspace_hits += 1
         return entry
 
     def get(self, key: bytes) -> Value | Awaitable[Value | None] | None:
@@ -172,6 +178,18 @@ class Keyspace:
     @property
     def reads_untouched(self) -> bool:
         return self._touch is _untouched
+
+    def value_of(self, key: bytes, entry: Entry) -> Value | Awaitable[Value | None]:
+        """The value of an entry the caller looked up itself: resident (touched, unless CLIENT NO-TOUCH) or read
+        from disk. Counts only the tier's hit, not a keyspace hit: a write's look-up is no read in Redis's INFO,
+        and a read's was counted by ``lookup_read``."""
+        value = entry.value
+        if value is not None:
+            self.stats.ram_hits += 1
+            self._touch(entry)
+            return value
+        self.stats.disk_hits += 1
+        return self.load(key, entry)
 
     def load(self, key: bytes, entry: Entry) -> asyncio.Future[Value | None]:
         """Read a cold entry from disk once, however many clients ask for it at the same time."""

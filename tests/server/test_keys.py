@@ -288,3 +288,47 @@ def test_object_encoding_refcount_idletime_freq(server):
     assert r.object("idletime", "e") >= 2  # OBJECT does not touch
     assert r.get("e") == b"hello"
     assert r.object("idletime", "e") == 0
+
+
+# (command, keyspace hits, keyspace misses it adds to INFO): Redis counts a read's look-up (lookupKeyRead, also
+# with LOOKUP_NOTOUCH), never a write's (lookupKeyWrite).
+LOOKUPS = [
+    (["GET", "a"], 1, 0),
+    (["GET", "zz"], 0, 1),
+    (["MGET", "a", "zz", "b"], 2, 1),
+    (["EXISTS", "a", "zz"], 1, 1),
+    (["TYPE", "a"], 1, 0),
+    (["TTL", "zz"], 0, 1),
+    (["STRLEN", "b"], 1, 0),
+    (["GETEX", "a"], 1, 0),
+    (["GETEX", "zz"], 0, 1),
+    (["APPEND", "a", "x"], 0, 0),
+    (["INCR", "n"], 0, 0),
+    (["SETRANGE", "b", "0", "z"], 0, 0),
+    (["COPY", "a", "c"], 1, 0),
+    (["COPY", "zz", "c2"], 0, 1),
+    (["RENAME", "c", "d"], 0, 0),
+    (["BITCOUNT", "b"], 1, 0),
+    (["BITCOUNT", "zz"], 0, 1),
+    (["OBJECT", "ENCODING", "a"], 1, 0),
+    (["OBJECT", "ENCODING", "zz"], 0, 1),
+    (["GETRANGE", "a", "0", "-1"], 1, 0),
+    (["DUMP", "zz"], 0, 1),
+    (["LCS", "a", "b"], 2, 0),
+    (["BITOP", "OR", "e", "a", "zz"], 1, 1),
+    (["SETBIT", "a", "1", "1"], 0, 0),
+    (["BITFIELD", "a", "GET", "u8", "0"], 1, 0),
+    (["BITFIELD", "a", "INCRBY", "u8", "0", "1"], 0, 0),
+    (["GETBIT", "a", "0"], 1, 0),
+]
+
+
+def test_keyspace_hits_and_misses_count_reads_as_redis_does(server):
+    r = server.client()
+    r.mset({"a": "1", "b": "2"})
+    for request, hits, misses in LOOKUPS:
+        before = r.info("stats")
+        r.execute_command(*request)
+        after = r.info("stats")
+        got = (after["keyspace_hits"] - before["keyspace_hits"], after["keyspace_misses"] - before["keyspace_misses"])
+        assert got == (hits, misses), request
