@@ -12,6 +12,7 @@ from . import (  # noqa: F401  (registration side effects)
     pubsub,
     replication,
     server,
+    sort,
     strings,
     tracking,
     transactions,

@@ -332,3 +332,21 @@ def test_keyspace_hits_and_misses_count_reads_as_redis_does(server):
         after = r.info("stats")
         got = (after["keyspace_hits"] - before["keyspace_hits"], after["keyspace_misses"] - before["keyspace_misses"])
         assert got == (hits, misses), request
+
+
+def test_sort_of_a_missing_key_and_of_a_string(server):
+    """kvd holds strings only: SORT sorts a missing key as an empty list (STORE then deletes the destination)
+    and refuses a string with WRONGTYPE, as Redis does."""
+    r = server.client()
+    r.set("s", "x")
+    r.set("dest", "old")
+    assert r.sort("missing", desc=True, alpha=True) == []
+    assert r.execute_command("SORT_RO", "missing", "BY", "w_*", "GET", "#") == []
+    assert r.sort("missing", store="dest") == 0
+    assert r.exists("dest") == 0
+    with pytest.raises(redis.ResponseError, match="^WRONGTYPE"):
+        r.sort("s")
+    with pytest.raises(redis.ResponseError, match="^syntax error$"):
+        r.execute_command("SORT_RO", "missing", "STORE", "dest")
+    with pytest.raises(redis.ResponseError, match="^value is not an integer or out of range$"):
+        r.execute_command("SORT", "missing", "LIMIT", "x", "1")

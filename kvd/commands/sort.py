@@ -1,0 +1,86 @@
+"""SORT and SORT_RO (Redis's ``sort.c``) for a keyspace of strings.
+
+SORT orders the elements of a list, a set or a sorted set. kvd stores strings only, so what SORT can meet is a
+missing key, which Redis sorts as an empty list, or a string, which Redis refuses with WRONGTYPE: kvd answers
+both as Redis does, after checking the options in Redis's order with its errors (LIMIT's integers, a STORE that
+SORT_RO does not take). With STORE an empty result deletes the destination, as in Redis, and answers 0. BY and
+GET patterns are accepted and, with nothing to sort, look nothing up.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kvd.notify import GENERIC, notify
+from kvd.protocol import errors
+from kvd.protocol.errors import CommandError
+
+from .args import option, parse_int
+from .registry import DENYOOM, READONLY, WRITE, command
+
+if TYPE_CHECKING:
+    from kvd.connection import Client
+
+G = "generic"
+
+
+def _sort(c: Client, argv: list[Any], read_only: bool) -> None:
+    store: bytes | None = None
+    j = 2
+    while j < len(argv):
+        word = option(argv[j])
+        left = len(argv) - j - 1
+        if word in (b"asc", b"desc", b"alpha"):
+            pass
+        elif word == b"limit" and left >= 2:
+            parse_int(argv[j + 1])
+            parse_int(argv[j + 2])
+            j += 2
+        elif word == b"store" and left >= 1 and not read_only:
+            store = bytes(argv[j + 1])
+            j += 1
+        elif word in (b"by", b"get") and left >= 1:
+            j += 1
+        else:
+            raise CommandError(errors.SYNTAX)
+        j += 1
+    if c.keyspace.lookup_read(bytes(argv[1])) is not None:
+        raise CommandError(errors.WRONGTYPE)  # a string: SORT takes lists, sets and sorted sets
+    if store is None:
+        c.reply.array(0)
+        return
+    if c.keyspace.delete(store):
+        notify(c.keyspace, GENERIC, b"del", store)
+    c.reply.integer(0)
+
+
+@command(
+    "sort",
+    -2,
+    f"{WRITE} {DENYOOM}",
+    (1, 1, 1),
+    group=G,
+    complexity="O(N+M*log(M)) where N is the number of elements in the list or set to sort, and M the number of "
+    "returned elements. When the elements are not sorted, complexity is O(N).",
+    summary="Sorts the elements in a list, a set, or a sorted set, optionally storing the result.",
+    usage="key [BY pattern] [LIMIT offset count] [GET pattern [GET pattern ...]] [ASC | DESC] [ALPHA] "
+    "[STORE destination]",
+)
+def sort(c: Client, argv: list[Any]) -> None:
+    _sort(c, argv, read_only=False)
+
+
+@command(
+    "sort_ro",
+    -2,
+    READONLY,
+    (1, 1, 1),
+    group=G,
+    since="7.0.0",
+    complexity="O(N+M*log(M)) where N is the number of elements in the list or set to sort, and M the number of "
+    "returned elements. When the elements are not sorted, complexity is O(N).",
+    summary="Returns the sorted elements of a list, a set, or a sorted set.",
+    usage="key [BY pattern] [LIMIT offset count] [GET pattern [GET pattern ...]] [ASC | DESC] [ALPHA]",
+)
+def sort_ro(c: Client, argv: list[Any]) -> None:
+    _sort(c, argv, read_only=True)
