@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from kvd.protocol.errors import CommandError
-from kvd.store.keyspace import SMALL_VALUE, Entry, Value, lru_clock
+from kvd.store.keyspace import SMALL_VALUE, Entry, Value
 
 from .args import parse_int
 from .registry import READONLY, command, run_subcommand, subcommand_help
@@ -141,7 +141,9 @@ def object_refcount(c: Client, argv: list[Any]) -> None:
 def object_idletime(c: Client, argv: list[Any]) -> None:
     entry = _lookup(c, bytes(argv[2]))
     if entry is not None:
-        c.reply.integer(max(lru_clock() - entry.atime, 0))
+        # The clock the stamps came from (the tick's, as Redis's estimateObjectIdleTime uses its cached LRU
+        # clock): a value read in this second is 0 seconds idle, whatever the wall clock did since the tick.
+        c.reply.integer(max(c.keyspace.ram.clock - entry.atime, 0))
 
 
 @command(

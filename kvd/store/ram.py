@@ -112,6 +112,10 @@ class RamTier:
         """The LRU clock in whole seconds, stamped on entries as they are written or read (OBJECT IDLETIME)."""
         self.hot.now = self.cold.now = now
 
+    @property
+    def clock(self) -> int:
+        return self.hot.now
+
     def oldest_hot(self) -> Entry | None:
         return self.hot.oldest()
 

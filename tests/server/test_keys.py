@@ -278,7 +278,7 @@ def test_object_encoding_refcount_idletime_freq(server):
                    "ra": "raw", "b": "raw", "n": "int"}  # fmt: skip
     assert r.object("encoding", "missing") is None
     assert r.object("refcount", "e") == 1
-    assert r.object("idletime", "e") == 0
+    assert r.object("idletime", "e") <= 1  # whole seconds of a clock both servers update 10 times a second
     with pytest.raises(redis.ResponseError, match="^An LFU maxmemory policy is not selected"):
         r.object("freq", "e")
     with pytest.raises(redis.ResponseError, match="unknown subcommand"):
@@ -287,7 +287,7 @@ def test_object_encoding_refcount_idletime_freq(server):
     assert r.object("idletime", "e") >= 2
     assert r.object("idletime", "e") >= 2  # OBJECT does not touch
     assert r.get("e") == b"hello"
-    assert r.object("idletime", "e") == 0
+    assert r.object("idletime", "e") <= 1
 
 
 # (command, keyspace hits, keyspace misses it adds to INFO): Redis counts a read's look-up (lookupKeyRead, also
