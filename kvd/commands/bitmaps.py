@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from kvd.notify import GENERIC, STRING, notify
 from kvd.protocol import errors
 from kvd.protocol.errors import CommandError
-from kvd.store.keyspace import Entry, Value
+from kvd.store.keyspace import Value
 
 from . import bitops
 from .args import c_word, option, parse_int
@@ -49,10 +49,6 @@ def _bit_offset(c: Client, raw: Any, bits: int = 0) -> int:
     if offset < 0 or offset >> 3 >= c.server.settings.proto_max_bulk_len:
         raise CommandError(BAD_OFFSET)
     return offset
-
-
-def _stored_length(entry: Entry) -> int:
-    return len(entry.value) if entry.value is not None else entry.loc.value_len
 
 
 @command(
@@ -162,7 +158,7 @@ def bitcount(c: Client, argv: list[Any]) -> Any:
             c.reply.integer(0)  # Redis answers this before it reads the unit
             return None
         in_bits = _unit(argv, 4)
-    start, end, first_mask, last_mask = _span(start, end, in_bits, _stored_length(entry))
+    start, end, first_mask, last_mask = _span(start, end, in_bits, entry.value_len)
 
     def reply(value: Value | None) -> None:
         if value is None or start > end:
@@ -201,7 +197,7 @@ def bitpos(c: Client, argv: list[Any]) -> Any:
         start = parse_int(argv[3])
         in_bits = _unit(argv, 5)
         end = parse_int(argv[4]) if len(argv) > 4 else None
-    span = _span(start, end, in_bits, _stored_length(entry))
+    span = _span(start, end, in_bits, entry.value_len)
     end_given = end is not None
 
     def reply(value: Value | None) -> None:

@@ -64,15 +64,11 @@ def object_(c: Client, argv: list[Any]) -> Any:
 
 
 def _lookup(c: Client, key: bytes) -> Entry | None:
-    """The entry, untouched, counted as a hit or a miss as Redis's lookupKeyReadWithFlags counts it; a miss
-    answers null."""
-    entry = c.keyspace.lookup(key)
-    stats = c.keyspace.stats
+    """The entry, untouched, counted as a hit or a miss but no keymiss event (Redis's LOOKUP_NOTOUCH |
+    LOOKUP_NONOTIFY); a miss answers null."""
+    entry = c.keyspace.lookup_read(key, keymiss=False)
     if entry is None:
-        stats.keyspace_misses += 1
         c.reply.null()
-    else:
-        stats.keyspace_hits += 1
     return entry
 
 
@@ -95,7 +91,7 @@ def object_encoding(c: Client, argv: list[Any]) -> Any:
     if entry.value is not None:
         c.reply.bulk(encoding(entry.value))
         return None
-    if entry.loc.value_len > SMALL_VALUE:
+    if entry.value_len > SMALL_VALUE:
         c.reply.bulk(b"raw")
         return None
     return then(c.keyspace.load(key, entry), lambda v: c.reply.null() if v is None else c.reply.bulk(encoding(v)))

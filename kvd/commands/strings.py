@@ -351,12 +351,7 @@ def msetnx(c: Client, argv: list[Any]) -> None:
 )
 def strlen(c: Client, argv: list[Any]) -> None:
     entry = c.keyspace.lookup_read(bytes(argv[1]))
-    if entry is None:
-        c.reply.integer(0)
-    elif entry.value is not None:
-        c.reply.integer(len(entry.value))
-    else:
-        c.reply.integer(entry.loc.value_len)  # known from the index: no disk read
+    c.reply.integer(entry.value_len if entry is not None else 0)  # a cold one's from the index: no disk read
 
 
 @command(

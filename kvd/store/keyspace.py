@@ -139,14 +139,15 @@ class Keyspace:
             return None
         return entry
 
-    def lookup_read(self, key: bytes, now: int | None = None) -> Entry | None:
+    def lookup_read(self, key: bytes, now: int | None = None, keymiss: bool = True) -> Entry | None:
         """``lookup`` for a command that reads the key (EXISTS, TYPE, TTL, STRLEN, GETEX, BITCOUNT), as Redis's
-        ``lookupKeyRead``: a hit or a miss for INFO, and a miss is a keymiss event. A command that then needs the
-        value takes it with ``value_of``, which counts nothing more."""
+        ``lookupKeyRead``: a hit or a miss for INFO, and a miss is a keymiss event (unless ``keymiss`` is False:
+        OBJECT, as Redis's LOOKUP_NONOTIFY). A command that then needs the value takes it with ``value_of``,
+        which counts nothing more."""
         entry = self.lookup(key, now)
         if entry is None:
             self.stats.keyspace_misses += 1
-            if self.events is not None:
+            if keymiss and self.events is not None:
                 self.events.emit(KEY_MISS, b"keymiss", key)
         else:
             self.stats.keyspace_hits += 1

@@ -49,6 +49,11 @@ class Entry:
         self.next: Any = None
         self.atime = 0  # the LRU clock (monotonic seconds) when last written or read: OBJECT IDLETIME
 
+    @property
+    def value_len(self) -> int:
+        """The value's length, resident or not (the disk index knows a cold one's): no read needed."""
+        return len(self.value) if self.value is not None else self.loc.value_len
+
 
 class LruList:
     """Entries from least to most recently used. An entry is on at most one list at a time. Linking an entry

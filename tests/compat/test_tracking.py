@@ -148,6 +148,7 @@ def test_a_redirect_that_went_away_is_reported(server):
         flags = parse(a.command("CLIENT", "TRACKINGINFO"))[b"flags"]
         assert flags == {b"on", b"broken_redirect"}
         assert b" flags=tR " in a.command("CLIENT", "INFO")
+        assert b" redir=%d " % sink_id in a.command("CLIENT", "INFO")
 
 
 def test_option_errors_and_state_replies(server):
