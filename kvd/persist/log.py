@@ -592,6 +592,41 @@ class SegmentLog(SegmentLogHooks):
         return loc.segment < self._w_seg or (loc.segment == self._w_seg and loc.offset + loc.record_len <= self._w_end)
 
     async def read_value(self, key: bytes, loc: Location) -> bytes | bytearray:
+        await self._until_written(loc)
+        seg = self.pin(loc)
+        if seg is None:
+            self.corrupt_reads += 1
+            raise CorruptRecord(f"segment {loc.segment} no longer holds {loc}")
+        try:
+            return await self.read_pinned(seg, key, loc)
+        finally:
+            self.unpin(seg)
+
+    def pin(self, loc: Location) -> Segment | None:
+        """Keep the segment that holds ``loc`` readable until ``unpin``: compaction or FLUSHALL may still unlink
+        it, but its file stays open (and its disk space taken) while a pin holds it. None if no segment holds
+        ``loc`` any more. A snapshot (``kvd/store/snapshot.py``) pins every value it has yet to read."""
+        seg = self._segments.get(loc.segment)
+        if seg is None or seg.fd < 0 or seg.closed or loc.offset + loc.record_len > seg.size:
+            return None
+        seg.readers += 1
+        return seg
+
+    def unpin(self, seg: Segment) -> None:
+        seg.readers -= 1
+        self._maybe_close(seg)
+
+    async def read_pinned(self, seg: Segment, key: bytes, loc: Location) -> bytearray:
+        """The value of the SET record at ``loc`` in ``seg``, which the caller has pinned."""
+        await self._until_written(loc)
+        assert self._loop is not None
+        try:
+            return await self._loop.run_in_executor(self._readers, _read_record, seg.fd, key, loc)
+        except CorruptRecord:
+            self.corrupt_reads += 1
+            raise
+
+    async def _until_written(self, loc: Location) -> None:
         while not self._written(loc):
             fut = self.barrier()
             if fut is None:
@@ -601,20 +636,6 @@ class SegmentLog(SegmentLogHooks):
             except PersistError:
                 self.corrupt_reads += 1
                 raise CorruptRecord(f"record {loc} was never written: {self._misconf}") from None
-        seg = self._segments.get(loc.segment)
-        if seg is None or seg.fd < 0 or seg.closed or loc.offset + loc.record_len > seg.size:
-            self.corrupt_reads += 1
-            raise CorruptRecord(f"segment {loc.segment} no longer holds {loc}")
-        assert self._loop is not None
-        seg.readers += 1
-        try:
-            return await self._loop.run_in_executor(self._readers, _read_record, seg.fd, key, loc)
-        except CorruptRecord:
-            self.corrupt_reads += 1
-            raise
-        finally:
-            seg.readers -= 1
-            self._maybe_close(seg)
 
     # -- maintenance -------------------------------------------------------------------------------------------
 
