@@ -43,7 +43,7 @@ class PayloadError(ValueError):
 
 def dump_payload(value: bytes | bytearray | memoryview) -> bytes:
     body = bytearray([STRING])
-    body += _encode_string(value)
+    body += encode_string(value)
     body += struct.pack("<H", DUMP_VERSION)
     body += struct.pack("<Q", _crc64(body))
     return bytes(body)
@@ -66,14 +66,14 @@ def load_payload(payload: bytes | bytearray | memoryview) -> bytes:
         if name is None:
             raise PayloadError("ERR Bad data format")
         raise PayloadError(f"ERR Bad data format: the payload holds a {name}, and kvd stores strings only")
-    value, _ = _decode_string(body, 1)
+    value, _ = decode_string(body, 1)
     return value
 
 
-# -- string encodings ---------------------------------------------------------------------------------------
+# -- string encodings (shared with RDB files, kvd/persist/rdb.py) -------------------------------------------
 
 
-def _encode_string(value: bytes | bytearray | memoryview) -> bytes:
+def encode_string(value: bytes | bytearray | memoryview) -> bytes:
     n = len(value)
     if n <= 11:
         text = bytes(value)
@@ -88,10 +88,10 @@ def _encode_string(value: bytes | bytearray | memoryview) -> bytes:
                 return b"\xc1" + struct.pack("<h", number)
             if -(1 << 31) <= number < 1 << 31:
                 return b"\xc2" + struct.pack("<i", number)
-    return _encode_length(n) + bytes(value)
+    return encode_length(n) + bytes(value)
 
 
-def _encode_length(n: int) -> bytes:
+def encode_length(n: int) -> bytes:
     if n < 64:
         return bytes([n])
     if n < 16384:
@@ -101,7 +101,7 @@ def _encode_length(n: int) -> bytes:
     return b"\x81" + struct.pack(">Q", n)
 
 
-def _decode_length(data: memoryview, pos: int) -> tuple[int, bool, int]:
+def decode_length(data: memoryview, pos: int) -> tuple[int, bool, int]:
     """(length or encoding type, whether it is an encoding type, position after it)."""
     if pos >= len(data):
         raise PayloadError("ERR Bad data format")
@@ -121,8 +121,8 @@ def _decode_length(data: memoryview, pos: int) -> tuple[int, bool, int]:
     return int.from_bytes(data[pos + 1 : pos + 1 + width], "big"), False, pos + 1 + width
 
 
-def _decode_string(data: memoryview, pos: int) -> tuple[bytes, int]:
-    n, encoded, pos = _decode_length(data, pos)
+def decode_string(data: memoryview, pos: int) -> tuple[bytes, int]:
+    n, encoded, pos = decode_length(data, pos)
     if not encoded:
         if pos + n > len(data):
             raise PayloadError("ERR Bad data format")
@@ -133,8 +133,8 @@ def _decode_string(data: memoryview, pos: int) -> tuple[bytes, int]:
             raise PayloadError("ERR Bad data format")
         return b"%d" % int.from_bytes(data[pos : pos + width], "little", signed=True), pos + width
     if n == 3:  # LZF
-        compressed, _, pos = _decode_length(data, pos)
-        plain, _, pos = _decode_length(data, pos)
+        compressed, _, pos = decode_length(data, pos)
+        plain, _, pos = decode_length(data, pos)
         if pos + compressed > len(data):
             raise PayloadError("ERR Bad data format")
         try:
@@ -151,9 +151,14 @@ _TABLE: list[int] = []
 
 
 def _crc64(data: bytes | bytearray | memoryview) -> int:
+    return crc64_update(data, 0)
+
+
+def crc64_update(data: bytes | bytearray | memoryview, crc: int) -> int:
+    """The CRC-64 of what ``crc`` covered followed by ``data`` (Redis's ``crc64(crc, data, len)``)."""
     if crc64 is not None:
-        return crc64(data)
-    return crc64_python(data)
+        return crc64(data, crc)
+    return crc64_python(data, crc)
 
 
 def crc64_python(data: bytes | bytearray | memoryview, crc: int = 0) -> int:

@@ -1,0 +1,203 @@
+"""RDB files: the keyspace in Redis's snapshot format, written as a stream (SYNC) and read back (``kvd-load-rdb``).
+
+kvd's own data is its segment log; an RDB file is how it trades data with the Redis world. ``redis-cli --rdb
+FILE`` asks a server for one (``kvd/commands/replication.py`` answers), Redis loads it at start-up, and
+``kvd-load-rdb`` (``kvd/tools/load_rdb.py``) writes one into a running server. The layout (``rdb.c``)::
+
+    "REDIS" + the version, four digits
+    0xFA <name> <value>                        aux fields: who wrote the file, and when
+    0xFE <db>  0xFB <keys> <keys with a TTL>   the database that follows, and its sizes
+    [0xFC <unix ms, 8 bytes LE>] 0x00 <key> <value>   one string key (type 0), with its deadline if it has one
+    0xFF <CRC-64 of every byte before it, 8 bytes LE; 0 = not computed>
+
+Strings are written as a length and the bytes (``kvd/persist/dump.py``'s encodings), never as Redis's integer
+or LZF forms, which a loader may meet but need not: so every entry's size follows from the key and the value's
+length alone, and a stream can announce its exact size before it has read a single cold value from disk.
+
+Version 9 (Redis 5.0 to 6.2) is written, not 7.0's 10 or 7.2's 11: strings, deadlines and these opcodes did
+not change since, and Redis loads every version up to its own, so 9 is what the most Redis versions load.
+The reader takes 1 to 11 and skips what only tunes a key (LRU idle time, LFU counter); any type other than a
+string, functions and module data are refused with the type's name, since kvd stores strings only.
+
+Complexity: writing is O(size of the file) with one CRC pass (C, ``_dump.c``; about 1.4 GB/s). Reading is one
+pass holding one value at a time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import BinaryIO
+
+from .dump import _TYPES, PayloadError, _lzf_decompress, crc64_update, decode_length, encode_length, encode_string
+
+MAGIC = b"REDIS"
+VERSION = 9
+MAX_VERSION = 11  # Redis 7.2
+
+OP_FUNCTION_PRE_GA = 0xF5
+OP_FUNCTION = 0xF6
+OP_MODULE_AUX = 0xF7
+OP_IDLE = 0xF8
+OP_FREQ = 0xF9
+OP_AUX = 0xFA
+OP_RESIZEDB = 0xFB
+OP_EXPIRETIME_MS = 0xFC
+OP_EXPIRETIME = 0xFD
+OP_SELECTDB = 0xFE
+OP_EOF = 0xFF
+STRING = 0
+
+
+class RdbError(ValueError):
+    """A file kvd cannot load, and why, with the byte offset where it found out."""
+
+
+# -- writing ------------------------------------------------------------------------------------------------------
+
+
+def preamble(keys: int, expires: int, aux: Iterable[tuple[bytes, bytes]]) -> bytes:
+    """Everything before the first key: magic, version, aux fields, database 0 and its sizes."""
+    out = bytearray(MAGIC + b"%04d" % VERSION)
+    for name, value in aux:
+        out += bytes([OP_AUX]) + encode_string(name) + encode_string(value)
+    out += bytes([OP_SELECTDB, 0, OP_RESIZEDB]) + encode_length(keys) + encode_length(expires)
+    return bytes(out)
+
+
+def key_header(key: bytes, value_len: int, expire_at: int) -> bytes:
+    """An entry up to its value's bytes: the deadline (unix ms, 0 = none), the type, the key, the value's length."""
+    head = bytes([OP_EXPIRETIME_MS]) + expire_at.to_bytes(8, "little") if expire_at else b""
+    return head + bytes([STRING]) + encode_length(len(key)) + key + encode_length(value_len)
+
+
+def entry_size(key_len: int, value_len: int, expire_at: int) -> int:
+    """The bytes ``key_header`` and the value take, without building them."""
+    return (9 if expire_at else 0) + 1 + _length_size(key_len) + key_len + _length_size(value_len) + value_len
+
+
+def _length_size(n: int) -> int:
+    return 1 if n < 64 else 2 if n < 16384 else 5 if n <= 0xFFFFFFFF else 9
+
+
+def trailer(crc: int) -> bytes:
+    """The EOF opcode and the checksum; ``crc`` must already cover the EOF byte (``crc64_update(EOF, crc)``)."""
+    return crc.to_bytes(8, "little")
+
+
+EOF = bytes([OP_EOF])
+
+
+# -- reading ------------------------------------------------------------------------------------------------------
+
+
+class RdbReader:
+    """The string keys of an RDB file, in file order: ``for key, value, expire_at in RdbReader(f)``.
+
+    ``expire_at`` is unix ms (0 = none); keys whose deadline has passed are returned too, for the caller to skip
+    (a Redis primary drops them on load). The checksum is verified at the end when the file carries one; an
+    error raises ``RdbError`` after the keys read so far were returned, so a caller may have written them."""
+
+    def __init__(self, stream: BinaryIO) -> None:
+        self._f = stream
+        self._crc = 0
+        self.offset = 0
+        self.version = 0
+        self.aux: dict[bytes, bytes] = {}
+        self.keys_announced = -1  # RESIZEDB's count, when the file has one
+
+    def __iter__(self) -> Iterator[tuple[bytes, bytes, int]]:
+        magic = self._read(9)
+        if magic[:5] != MAGIC or not magic[5:].isdigit():
+            raise RdbError("not an RDB file: it does not start with REDIS and a four-digit version")
+        self.version = int(magic[5:])
+        if not 1 <= self.version <= MAX_VERSION:
+            raise RdbError(f"RDB version {self.version} is newer than kvd reads (up to {MAX_VERSION}, Redis 7.2)")
+        expire_at = 0
+        while True:
+            at = self.offset
+            op = self._read(1)[0]
+            if op == OP_EXPIRETIME_MS:
+                expire_at = int.from_bytes(self._read(8), "little")
+            elif op == OP_EXPIRETIME:
+                expire_at = int.from_bytes(self._read(4), "little") * 1000
+            elif op == OP_AUX:
+                name = self._string()
+                self.aux[name] = self._string()
+            elif op == OP_SELECTDB:
+                db = self._length()
+                if db != 0:
+                    raise RdbError(f"the file has keys in database {db} (at byte {at}); kvd has database 0 only")
+            elif op == OP_RESIZEDB:
+                self.keys_announced = self._length()
+                self._length()
+            elif op == OP_IDLE:
+                self._length()
+            elif op == OP_FREQ:
+                self._read(1)
+            elif op == OP_EOF:
+                self._check_crc()
+                return
+            elif op == STRING:
+                key = self._string()
+                value = self._string()
+                yield key, value, expire_at
+                expire_at = 0
+            elif op in (OP_FUNCTION, OP_FUNCTION_PRE_GA):
+                raise RdbError(f"the file holds a function library (at byte {at}); kvd has no scripting")
+            elif op == OP_MODULE_AUX:
+                raise RdbError(f"the file holds module data (at byte {at}); kvd has no modules")
+            else:
+                kind = _TYPES.get(op)
+                if kind is None:
+                    raise RdbError(f"unknown opcode {op:#04x} at byte {at}: the file is damaged")
+                raise RdbError(f"the key at byte {at} is a {kind}; kvd stores strings only")
+
+    def _read(self, n: int) -> bytes:
+        data = self._f.read(n)
+        if len(data) != n:
+            raise RdbError(f"the file ends at byte {self.offset + len(data)}, inside a record (truncated?)")
+        self._crc = crc64_update(data, self._crc)
+        self.offset += n
+        return data
+
+    def _length_bytes(self) -> bytes:
+        first = self._read(1)
+        extra = {0: 0, 1: 1, 3: 0}.get(first[0] >> 6)
+        if extra is None:
+            extra = {0x80: 4, 0x81: 8}.get(first[0])
+            if extra is None:
+                raise RdbError(f"bad length encoding {first[0]:#04x} at byte {self.offset - 1}")
+        return first + self._read(extra) if extra else first
+
+    def _length(self) -> int:
+        n, encoded, _ = decode_length(memoryview(self._length_bytes()), 0)
+        if encoded:
+            raise RdbError(f"an encoded string where a length belongs, at byte {self.offset - 1}")
+        return n
+
+    def _string(self) -> bytes:
+        n, encoded, _ = decode_length(memoryview(self._length_bytes()), 0)
+        if not encoded:
+            return self._read(n)
+        if n in (0, 1, 2):  # int8, int16, int32
+            return b"%d" % int.from_bytes(self._read(1 << n), "little", signed=True)
+        if n == 3:  # LZF
+            compressed = self._length()
+            plain = self._length()
+            at = self.offset
+            try:
+                return _lzf_decompress(memoryview(self._read(compressed)), plain)
+            except (ValueError, PayloadError):
+                raise RdbError(f"a compressed string at byte {at} does not decompress: the file is damaged") from None
+        raise RdbError(f"unknown string encoding {n} at byte {self.offset - 1}")
+
+    def _check_crc(self) -> None:
+        if self.version < 5:  # checksums came with version 5
+            return
+        expected = self._crc
+        data = self._f.read(8)
+        if len(data) != 8:
+            raise RdbError("the file ends before its checksum (truncated?)")
+        stored = int.from_bytes(data, "little")
+        if stored and stored != expected:
+            raise RdbError(f"checksum mismatch: the file says {stored:#018x}, its bytes give {expected:#018x}")
