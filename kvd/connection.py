@@ -154,6 +154,9 @@ class Client(asyncio.BufferedProtocol):
         self.no_touch = False  # CLIENT NO-TOUCH on: its reads leave the LRU order alone
         self.no_evict = False  # CLIENT NO-EVICT on: shown in CLIENT LIST (kvd evicts no clients, only keys)
         self._special = False  # tracking or no_touch: commands run through _call_special
+        self.sync_rdb_only = False  # REPLCONF rdb-only 1: SYNC may send it a snapshot (kvd/commands/sync.py)
+        self.sync_keys = True  # REPLCONF rdb-filter-only: a snapshot without keys
+        self._drain_waiter: asyncio.Future[None] | None = None  # ``drained`` waits on it
 
     # -- asyncio protocol callbacks ----------------------------------------------------------------------------
 
@@ -186,6 +189,7 @@ class Client(asyncio.BufferedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
         self.unblock()
+        self._wake_drain_waiter()
         if self.subscriptions is not None:
             self.server.pubsub.forget(self)
         if self._receiver is not None:
@@ -248,7 +252,26 @@ class Client(asyncio.BufferedProtocol):
 
     def resume_writing(self) -> None:
         self._write_paused = False
+        self._wake_drain_waiter()
         self.resume_commands()
+
+    async def drained(self) -> bool:
+        """For a command that streams (a snapshot): wait while the transport holds more than its high-water mark,
+        until it is down to the low one. False once the connection is closed."""
+        while self._write_paused and not self._closed:
+            waiter = self._drain_waiter = asyncio.get_running_loop().create_future()
+            await waiter
+        return not self._closed
+
+    def _wake_drain_waiter(self) -> None:
+        waiter, self._drain_waiter = self._drain_waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def limit_output(self, high: int, low: int) -> None:
+        """Lower this connection's write-buffer marks (a stream holds its own output to a few MiB)."""
+        if self.transport is not None:
+            self.transport.set_write_buffer_limits(high=high, low=low)
 
     def hold_commands(self) -> None:
         """CLIENT PAUSE began: commands not yet run wait (``_hold_here`` says which)."""
@@ -730,6 +753,10 @@ class Client(asyncio.BufferedProtocol):
         self._out.append(data)  # past CLIENT REPLY OFF: Redis delivers pushes to a muted client (CLIENT_PUSHING)
         if not (self._busy or self._log_dirty or self._write_spans):
             self._replies.add(self, together=True)
+
+    def pending_output(self) -> bool:
+        """Replies not yet handed to the socket: written into this batch or still in the transport."""
+        return bool(self._out) or self.output_bytes() > 0
 
     def output_bytes(self) -> int:
         """Reply bytes the transport still holds for this client (CLIENT LIST's omem, MEMORY STATS)."""

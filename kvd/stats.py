@@ -60,6 +60,7 @@ class ServerStats:
         self.landed_sets = 0  # SETs received whole in a buffer of their own, run from the read callback
         self.auth_failures = 0
         self.output_limit_disconnections = 0
+        self.sync_full = 0  # snapshots asked for with SYNC or PSYNC (kvd/commands/sync.py)
         self.prefix_lookups = 0
         self.prefix_keys_hit = 0
         self.prefix_keys_missed = 0
@@ -293,6 +294,9 @@ def _stats(s: Server) -> list[tuple[str, object]]:
         ("total_reads_processed", st.reads_processed),
         ("total_writes_processed", st.writes_processed),
         ("rejected_connections", st.rejected_connections),
+        ("sync_full", st.sync_full),
+        ("sync_partial_ok", 0),
+        ("sync_partial_err", 0),
         ("expired_keys", ks.expired_keys),
         ("evicted_keys", ks.evicted_keys),
         ("keyspace_hits", ks.keyspace_hits),

@@ -14,6 +14,7 @@ from . import (  # noqa: F401  (registration side effects)
     server,
     sort,
     strings,
+    sync,
     tracking,
     transactions,
 )

@@ -32,11 +32,13 @@ from typing import TYPE_CHECKING, Any
 
 from kvd.notify import EVICTED, EXPIRED, KEY_MISS, NEW
 
+from . import snapshot
 from .bufpool import BufferPool
 from .expiry import ExpiryHeap
 from .lru import Entry
 from .ram import RamTier
 from .scan import ScanIndex
+from .snapshot import Snapshot
 
 if TYPE_CHECKING:
     from kvd.notify import KeyspaceEvents
@@ -412,6 +414,10 @@ class Keyspace:
         next_cursor, keys = self.scan.page(cursor, count)
         now = now_ms()
         return next_cursor, [k for k in keys if self.lookup(k, now) is not None]
+
+    def snapshot(self) -> Snapshot:
+        """Every live key as it is now, to be read out while the keyspace moves on (``kvd/store/snapshot.py``)."""
+        return snapshot.take(self._entries, self.log, now_ms())
 
     def live_keys(self) -> list[bytes]:
         now = now_ms()

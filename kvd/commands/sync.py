@@ -1,0 +1,229 @@
+"""SYNC, PSYNC and REPLCONF: a snapshot of the keyspace as an RDB file, for ``redis-cli --rdb``.
+
+``redis-cli --rdb backup.rdb`` is how Redis users take a backup of a running server, and the file it writes
+loads into any Redis (and back into kvd with ``kvd-load-rdb``). It sends ``REPLCONF capa eof``, ``REPLCONF
+rdb-only 1`` and ``SYNC``, and reads ``$<length>\\r\\n`` and the file. kvd answers exactly that: it takes a
+snapshot (``kvd/store/snapshot.py``: one pass over the keys, the only pause), announces the file's exact size,
+then streams it (``kvd/persist/rdb.py``) while every other client is served, and closes the connection at the
+end, as Redis closes an rdb-only replica's. ``PSYNC ? -1`` gets ``+FULLRESYNC <replid> 0`` first, as Redis
+answers a replica it cannot continue.
+
+kvd is not a replication primary: it keeps no replication stream to follow a snapshot with, so a SYNC or PSYNC
+that did not ask for the snapshot alone (a Redis replica's, or ``redis-cli --replica``) is refused with an error
+that says so, rather than answered with a file the replica would then wait on for ever.
+
+Flow control. The stream yields to the event loop after each piece, and keeps at most ``STREAM_HIGH`` bytes
+queued in the connection's transport: then it waits for the client to read them down to ``STREAM_LOW``
+(``Client.drained``), so a slow reader costs a few MiB, never a copy of the dataset. Entries below ``PIECE``
+bytes are gathered into pieces of about that size (one CRC call, one write each); a larger value goes out as its
+own memoryview, and from ``OFFLOAD`` bytes up its CRC is computed in a thread (the C loop releases the GIL), so
+the event loop keeps serving while 32 MiB are summed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shlex
+import time
+from typing import TYPE_CHECKING, Any
+
+import kvd
+from kvd.persist import rdb
+from kvd.persist.dump import crc64_update
+from kvd.protocol import errors
+from kvd.protocol.errors import CommandError
+
+from .args import lower, parse_int
+from .connection import REDIS_COMPAT_VERSION
+from .registry import ADMIN, LOADING, NO_MULTI, command
+
+if TYPE_CHECKING:
+    from kvd.connection import Client
+    from kvd.store.snapshot import Snapshot
+
+log = logging.getLogger("kvd.sync")
+
+PIECE = 256 << 10
+OFFLOAD = 1 << 20
+STREAM_HIGH = 8 << 20
+STREAM_LOW = 2 << 20
+NOT_A_PRIMARY = (
+    "ERR kvd keeps no replication stream: it serves a snapshot only, to a client that sends REPLCONF rdb-only 1 "
+    "first (redis-cli --rdb does)"
+)
+
+
+@command(
+    "replconf",
+    -1,
+    f"{ADMIN} {LOADING}",
+    group="server",
+    since="3.0.0",
+    summary="An internal command for configuring the replication stream (kvd: rdb-only snapshots).",
+    usage="option value [option value ...]",
+)
+def replconf(c: Client, argv: list[Any]) -> None:
+    if len(argv) % 2 == 0:
+        raise CommandError(errors.SYNTAX)
+    for i in range(1, len(argv), 2):
+        option, value = lower(argv[i]), argv[i + 1]
+        if option == b"listening-port":
+            parse_int(value)
+        elif option == b"ip-address":
+            if len(value) >= 46:  # NET_HOST_STR_LEN
+                raise CommandError(
+                    f"ERR REPLCONF ip-address provided by replica instance is too long: {len(value)} bytes"
+                )
+        elif option == b"capa":
+            pass  # capabilities this server does not use are ignored, as Redis ignores unknown ones
+        elif option in (b"ack", b"getack"):
+            return  # from a replica, or to one: kvd has neither, and Redis answers neither
+        elif option == b"rdb-only":
+            flag = parse_int(value)
+            if flag not in (0, 1):
+                raise CommandError("ERR value is out of range, value must between 0 and 1")
+            c.sync_rdb_only = flag == 1
+        elif option == b"rdb-filter-only":
+            filters = _split_args(value)
+            for name in filters:
+                if name.lower() != "functions":
+                    raise CommandError(f"ERR Unsupported rdb-filter-only option: {name}")
+            c.sync_keys = False  # functions only (redis-cli --functions-rdb): kvd has none, so no keys either
+        else:
+            raise CommandError(f"ERR Unrecognized REPLCONF option: {bytes(argv[i]).decode('utf-8', 'replace')}")
+    c.reply.ok()
+
+
+@command(
+    "sync",
+    1,
+    f"{ADMIN} {NO_MULTI}",
+    group="server",
+    since="1.0.0",
+    summary="Sends an RDB snapshot of the keyspace to a client that asked for it alone (REPLCONF rdb-only 1).",
+    complexity="O(N) in the keys and bytes stored",
+)
+def sync(c: Client, argv: list[Any]) -> Any:
+    return _start(c, psync=False)
+
+
+@command(
+    "psync",
+    -3,
+    f"{ADMIN} {NO_MULTI}",
+    group="server",
+    since="2.8.0",
+    summary="SYNC for clients that speak PSYNC: a full resynchronisation, always.",
+    usage="replicationid offset",
+    complexity="O(N) in the keys and bytes stored",
+)
+def psync(c: Client, argv: list[Any]) -> Any:
+    if len(argv) > 3 and lower(argv[3]) == b"failover":
+        raise CommandError("ERR PSYNC FAILOVER can't be sent to a master.")
+    parse_int(argv[2])
+    return _start(c, psync=True)
+
+
+def _start(c: Client, psync: bool) -> Any:
+    if c.pending_output():
+        raise CommandError("ERR SYNC and PSYNC are invalid with pending output")
+    if not c.sync_rdb_only:
+        raise CommandError(NOT_A_PRIMARY)
+    started = time.perf_counter()
+    snap = c.keyspace.snapshot() if c.sync_keys else None
+    c.server.stats.sync_full += 1
+    log.info(
+        "client %s (id=%d) asks for a snapshot: %d keys, taken in %.0f ms",
+        c.addr,
+        c.id,
+        len(snap) if snap else 0,
+        (time.perf_counter() - started) * 1000,
+    )
+    if psync:
+        c.reply.raw(b"+FULLRESYNC %s 0\r\n" % c.server.run_id.encode())
+    return _stream(c, snap)
+
+
+async def _stream(c: Client, snap: Snapshot | None) -> None:
+    """Write ``$<size>\\r\\n`` and the RDB file of ``snap`` (None: a file with no keys), then close."""
+    loop = asyncio.get_running_loop()
+    c.limit_output(STREAM_HIGH, STREAM_LOW)
+    sent = 0
+    try:
+        sizes = snap.sizes() if snap is not None else []
+        head = rdb.preamble(len(sizes), snap.expires if snap is not None else 0, _aux(c))
+        total = len(head) + sum(rdb.entry_size(len(k), n, e) for k, n, e in sizes) + len(rdb.EOF) + 8
+        del sizes
+        c.reply.raw(b"$%d\r\n" % total)
+        crc = 0
+        piece = bytearray(head)
+        items = snap.items() if snap is not None else _no_items()
+        async for key, value, expire_at in items:
+            piece += rdb.key_header(key, len(value), expire_at)
+            if len(value) < PIECE:
+                piece += value
+                if len(piece) < PIECE:
+                    continue
+            crc = crc64_update(piece, crc)
+            c.reply.raw(piece)  # type: ignore[arg-type]
+            sent += len(piece)
+            piece = bytearray()
+            if len(value) >= PIECE:
+                view = memoryview(value)
+                if len(view) >= OFFLOAD:
+                    crc = await loop.run_in_executor(None, crc64_update, view, crc)
+                else:
+                    crc = crc64_update(view, crc)
+                c.reply.raw(view)  # type: ignore[arg-type]  (flush_replies sends a memoryview without copying)
+                sent += len(view)
+            c.flush_replies()
+            await asyncio.sleep(0)  # other clients' turn, even while the socket takes everything at once
+            if not await c.drained():
+                log.info(
+                    "snapshot for client %s (id=%d) ended after %d of %d bytes: the connection closed",
+                    c.addr,
+                    c.id,
+                    sent,
+                    total,
+                )
+                return
+        piece += rdb.EOF
+        crc = crc64_update(piece, crc)
+        piece += rdb.trailer(crc)
+        sent += len(piece)
+        c.reply.raw(piece)  # type: ignore[arg-type]
+        if sent != total:  # the size announced is a promise the bytes must keep: never send a wrong file
+            log.error("snapshot for client %s (id=%d) came to %d bytes, not %d: closing", c.addr, c.id, sent, total)
+            c.kill()
+            return
+        log.info("snapshot sent to client %s (id=%d): %d bytes", c.addr, c.id, total)
+        c.close_after_reply = True  # Redis closes an rdb-only replica's connection once the file is sent
+    except Exception:
+        log.exception("snapshot for client %s (id=%d) failed after %d bytes: closing", c.addr, c.id, sent)
+        c.kill()  # a truncated file, never a wrong one: redis-cli reports the I/O error
+    finally:
+        if snap is not None:
+            snap.close()
+
+
+async def _no_items() -> Any:
+    return
+    yield  # an async generator with nothing in it
+
+
+def _aux(c: Client) -> list[tuple[bytes, bytes]]:
+    return [
+        (b"redis-ver", REDIS_COMPAT_VERSION.encode()),
+        (b"redis-bits", b"64"),
+        (b"ctime", b"%d" % int(time.time())),
+        (b"used-mem", b"%d" % c.keyspace.ram.used),
+        (b"kvd-ver", kvd.__version__.encode()),
+    ]
+
+
+def _split_args(raw: bytes | bytearray) -> list[str]:
+    try:
+        return shlex.split(bytes(raw).decode("utf-8", "replace"))
+    except ValueError:
+        raise CommandError("ERR Missing rdb-filter-only values") from None
