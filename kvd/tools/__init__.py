@@ -1,0 +1,1 @@
+"""Programs that come with kvd besides the server: ``kvd-load-rdb`` (``load_rdb.py``)."""

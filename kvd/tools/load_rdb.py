@@ -1,0 +1,133 @@
+"""``kvd-load-rdb FILE``: write the string keys of an RDB file into a running kvd (or Redis).
+
+The way back from ``redis-cli --rdb``: restore a kvd backup, or move a Redis dataset of strings into kvd. With
+``-`` it reads standard input, so one pipe copies a live server into another::
+
+    redis-cli -p 6380 --rdb - | kvd-load-rdb - --port 6379
+
+Each key becomes ``SET key value [PXAT deadline]`` (``NX`` with ``--no-replace``), sent in pipelines of up to
+``--batch-bytes`` (8 MiB) or 1000 commands: one round trip per batch, values never copied into a second buffer
+by the tool. Keys whose deadline has passed are skipped, as Redis skips them when it loads a file. The file is
+read once, one value at a time (``kvd/persist/rdb.py``), so a file larger than this machine's memory loads too.
+
+A file (not a pipe) is read twice: once to check it whole, structure and checksum, so that a damaged file
+writes nothing; then to load it. From a pipe there is one pass, and damage found at the end (the checksum) is
+reported after the earlier batches were written.
+
+Exit status: 0 when every key was written; 1 when the file is damaged or not one kvd can load (another type
+than strings, several databases: the message names the byte offset), when the server refuses a write (the
+first refusal is printed, with its key: OOM, MISCONF, NOAUTH), or when it cannot be reached. Keys written
+before the error stay written, and the message says how many.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+
+import redis
+
+from kvd.persist.rdb import RdbError, RdbReader
+
+BATCH_COMMANDS = 1000
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    client = redis.Redis(
+        host=args.host, port=args.port, username=args.user, password=args.password, socket_timeout=args.timeout
+    )
+    loader = Loader(client, replace=not args.no_replace, batch_bytes=args.batch_bytes)
+    try:
+        with sys.stdin.buffer if args.file == "-" else open(args.file, "rb") as f:
+            if f.seekable():  # a file, not a pipe: check it whole before the first write
+                for _ in RdbReader(f):
+                    pass
+                f.seek(0)
+            loader.load(RdbReader(f))
+    except OSError as exc:
+        return _fail(f"{args.file}: {exc.strerror or exc}", loader)
+    except RdbError as exc:
+        return _fail(f"{args.file}: {exc}", loader)
+    except redis.RedisError as exc:
+        return _fail(f"{args.host}:{args.port}: {exc}", loader)
+    print(loader.summary(args.file, f"{args.host}:{args.port}"))
+    return 0
+
+
+class Loader:
+    """Writes keys through ``client`` in pipelined batches; counts what it did."""
+
+    def __init__(self, client: redis.Redis, *, replace: bool = True, batch_bytes: int = 8 << 20) -> None:
+        self.client = client
+        self.replace = replace
+        self.batch_bytes = batch_bytes
+        self.written = 0  # keys the server confirmed
+        self.existing = 0  # --no-replace: keys left as they were
+        self.expired = 0
+        self.bytes = 0
+
+    def load(self, reader: RdbReader) -> None:
+        now = int(time.time() * 1000)
+        pipe = self.client.pipeline(transaction=False)
+        sizes: list[int] = []  # of the keys in the batch being built
+        batch_bytes = 0
+        for key, value, expire_at in reader:
+            if expire_at and expire_at <= now:
+                self.expired += 1
+                continue
+            pipe.set(key, value, pxat=expire_at or None, nx=not self.replace)
+            sizes.append(len(key) + len(value))
+            batch_bytes += sizes[-1]
+            if len(sizes) >= BATCH_COMMANDS or batch_bytes >= self.batch_bytes:
+                self._send(pipe, sizes)
+                batch_bytes = 0
+        self._send(pipe, sizes)
+
+    def _send(self, pipe: redis.client.Pipeline, sizes: list[int]) -> None:
+        keys = [args[1] for args, _ in pipe.command_stack]
+        for key, reply, size in zip(keys, pipe.execute(raise_on_error=False), sizes, strict=True):
+            if isinstance(reply, redis.ResponseError):
+                raise redis.ResponseError(f"the server refused key {key[:100]!r}: {reply}")
+            if reply:
+                self.written += 1
+                self.bytes += size
+            else:
+                self.existing += 1  # SET NX answers nil for a key that exists
+        sizes.clear()
+
+    def summary(self, source: str, target: str) -> str:
+        text = f"loaded {self.written} keys ({self.bytes} bytes of keys and values) from {source} into {target}"
+        skipped = [f"{self.expired} expired"] if self.expired else []
+        if self.existing:
+            skipped.append(f"{self.existing} already there (--no-replace)")
+        return text + (f"; skipped {', '.join(skipped)}" if skipped else "")
+
+
+def _fail(message: str, loader: Loader) -> int:
+    done = f" ({loader.written} keys were written before it)" if loader.written else ""
+    print(f"kvd-load-rdb: {message}{done}", file=sys.stderr)
+    return 1
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="kvd-load-rdb",
+        description="Write the string keys of an RDB file (redis-cli --rdb, Redis's dump.rdb) into a running "
+        "kvd or Redis.",
+    )
+    p.add_argument("file", help="the RDB file, or - for standard input")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=6379)
+    p.add_argument("--user", default=None, help="AUTH user (with --password)")
+    p.add_argument("-a", "--password", default=None, help="AUTH password")
+    p.add_argument("--no-replace", action="store_true", help="leave keys that exist as they are (SET NX)")
+    p.add_argument("--batch-bytes", type=int, default=8 << 20, help="bytes per pipelined batch (default 8 MiB)")
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for a batch's replies")
+    return p
+
+
+if __name__ == "__main__":
+    sys.exit(main())
