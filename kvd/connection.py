@@ -389,6 +389,7 @@ class Client(asyncio.BufferedProtocol):
         ``_execute`` does for the others. A write's reply is marked as a write's, so that a failed log write
         turns it into -MISCONF like any other (``_release``)."""
         out_start = len(self._out)
+        step_end = _clock()  # what a command that ``waits`` is timed by
         try:
             await pending
         except Exception as exc:
@@ -398,7 +399,7 @@ class Client(asyncio.BufferedProtocol):
         else:
             if logged and len(self._out) > out_start:
                 self._write_spans.append((out_start, len(self._out)))
-        elapsed = _clock() - started
+        elapsed = (step_end if cmd.waits else _clock()) - started
         stat = self._command_stats(cmd, argv)
         if stat is not None:
             stat.calls += 1

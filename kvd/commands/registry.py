@@ -50,6 +50,10 @@ class Command:
     subcommands: dict[str, Command] = field(default_factory=dict)
 
     is_write: bool = False  # derived from flags at registration; a field so the hot path reads it directly
+    # It may wait long after it started (for replicas, an fsync, a snapshot's reader): what it waits is not run
+    # time, so INFO commandstats, SLOWLOG and LATENCY count only the step that started it, as Redis's call()
+    # times a blocked command.
+    waits: bool = False
 
     def arguments(self) -> list[dict[str, Any]]:
         return _parse_usage(self.usage)
@@ -71,6 +75,7 @@ def command(
     since: str = "1.0.0",
     complexity: str = "O(1)",
     parent: str | None = None,
+    waits: bool = False,
 ) -> Callable[[Handler], Handler]:
     """Register a handler. ``parent`` makes it a subcommand (e.g. CLIENT SETNAME) for COMMAND DOCS/INFO."""
 
@@ -89,6 +94,7 @@ def command(
             complexity=complexity,
             usage=usage,
             is_write=WRITE in flags.split(),
+            waits=waits,
         )
         if parent is None:
             COMMANDS[cmd.name.encode()] = cmd

@@ -52,6 +52,7 @@ def role(c: Client, argv: list[Any]) -> None:
     "is completed.",
     usage="numreplicas timeout",
     complexity="O(1)",
+    waits=True,
 )
 def wait(c: Client, argv: list[Any]) -> Any:
     numreplicas = parse_int(argv[1])
@@ -77,6 +78,7 @@ async def _wait_replicas(c: Client, timeout: int) -> None:
     summary="Blocks until all of the preceding write commands sent by the connection are written to the "
     "append-only file of the primary and/or replicas.",
     usage="numlocal numreplicas timeout",
+    waits=True,
 )
 def waitaof(c: Client, argv: list[Any]) -> Any:
     numlocal = parse_int(argv[1])

@@ -10,7 +10,8 @@ answers a replica it cannot continue.
 
 kvd is not a replication primary: it keeps no replication stream to follow a snapshot with, so a SYNC or PSYNC
 that did not ask for the snapshot alone (a Redis replica's, or ``redis-cli --replica``) is refused with an error
-that says so, rather than answered with a file the replica would then wait on for ever.
+that says so, rather than answered with a file the replica would then wait on for ever. The refusal comes a
+second late, because a Redis replica asks again as soon as it has it.
 
 Flow control. The stream yields to the event loop after each piece, and keeps at most ``STREAM_HIGH`` bytes
 queued in the connection's transport: then it waits for the client to read them down to ``STREAM_LOW``
@@ -50,6 +51,7 @@ PIECE_KEYS = 1000  # a piece of tiny keys ends here too: about 2 ms of the event
 OFFLOAD = 1 << 20
 STREAM_HIGH = 8 << 20
 STREAM_LOW = 2 << 20
+REPLICA_RETRY_DELAY = 1.0
 NOT_A_PRIMARY = (
     "ERR kvd keeps no replication stream: it serves a snapshot only, to a client that sends REPLCONF rdb-only 1 "
     "first (redis-cli --rdb does)"
@@ -105,6 +107,7 @@ def replconf(c: Client, argv: list[Any]) -> None:
     since="1.0.0",
     summary="Sends an RDB snapshot of the keyspace to a client that asked for it alone (REPLCONF rdb-only 1).",
     complexity="O(N) in the keys and bytes stored",
+    waits=True,
 )
 def sync(c: Client, argv: list[Any]) -> Any:
     return _start(c, psync=False)
@@ -119,6 +122,7 @@ def sync(c: Client, argv: list[Any]) -> Any:
     summary="SYNC for clients that speak PSYNC: a full resynchronisation, always.",
     usage="replicationid offset",
     complexity="O(N) in the keys and bytes stored",
+    waits=True,
 )
 def psync(c: Client, argv: list[Any]) -> Any:
     if len(argv) > 3 and lower(argv[3]) == b"failover":
@@ -131,7 +135,7 @@ def _start(c: Client, psync: bool) -> Any:
     if c.pending_output():
         raise CommandError("ERR SYNC and PSYNC are invalid with pending output")
     if not c.sync_rdb_only:
-        raise CommandError(NOT_A_PRIMARY)
+        return _refuse_replica()
     started = time.perf_counter()
     snap = c.keyspace.snapshot() if c.sync_keys else None
     c.server.stats.sync_full += 1
@@ -145,6 +149,13 @@ def _start(c: Client, psync: bool) -> Any:
     if psync:
         c.reply.raw(b"+FULLRESYNC %s 0\r\n" % c.server.run_id.encode())
     return _stream(c, snap)
+
+
+async def _refuse_replica() -> None:
+    # A Redis replica retries a refused PSYNC and SYNC at once, for ever: answered a second late, it asks about
+    # once a second instead of hundreds of times.
+    await asyncio.sleep(REPLICA_RETRY_DELAY)
+    raise CommandError(NOT_A_PRIMARY)
 
 
 async def _stream(c: Client, snap: Snapshot | None) -> None:

@@ -143,6 +143,26 @@ def test_a_replica_s_sync_is_refused_with_what_kvd_serves(server):
         assert raw.command("PING") == b"+PONG\r\n"
 
 
+@pytest.mark.kvd_only
+def test_a_redis_replica_pointed_at_kvd_is_told_why_about_once_a_second(server, tmp_path: Path):
+    """A real redis-server with --replicaof kvd: its log says what kvd serves, and its retries (it asks again at
+    once) reach kvd about once a second, not hundreds of times."""
+    c = server.client()
+    before = c.info("stats")["total_connections_received"]
+    replica = ServerProcess(tmp_path / "replica", kind="redis")
+    replica.start()
+    try:
+        assert replica.client().replicaof(server.host, server.port)
+        time.sleep(4)
+        log = replica.stderr_text()
+        connections = c.info("stats")["total_connections_received"] - before
+    finally:
+        replica.stop()
+    assert "kvd keeps no replication stream" in log, log[-2000:]
+    assert 1 <= connections <= 6, connections
+    assert c.info("stats")["sync_full"] == 0
+
+
 @pytest.mark.kvd_only  # the replication id and offset are Redis's own
 def test_psync_answers_a_full_resync_then_the_file(server):
     c = server.client()
@@ -230,3 +250,23 @@ def test_a_client_that_leaves_mid_stream_releases_its_snapshot(server_factory):
     assert deleted_open_files(srv.pid) == []
     assert c.ping() and c.info("stats")["sync_full"] == 1
     assert "snapshot for client" in srv.stderr_text()  # the log says the stream ended early
+
+
+def test_time_spent_waiting_is_not_run_time(server):
+    """WAIT's wait for replicas and SYNC's stream to a slow reader are not the server's work: SLOWLOG and INFO
+    commandstats time only the step that started them, as Redis's call() times a blocked command."""
+    c = server.client()
+    c.config_set("slowlog-log-slower-than", 100_000)  # 100 ms
+    c.slowlog_reset()
+    for i in range(24):
+        c.set(b"chunk:%d" % i, os.urandom(MiB))
+    assert c.execute_command("WAIT", 1, 300) == 0  # no replicas: blocks 300 ms
+    with server.raw(timeout=60) as raw:
+        size = start_sync(raw)
+        got = 0
+        while got < size:  # a reader slow enough that the stream lasts over half a second
+            got += len(raw.recv_exact(min(4 * MiB, size - got)))
+            time.sleep(0.05)
+    assert [e["command"] for e in c.slowlog_get()] == []
+    stats = c.info("commandstats")
+    assert stats["cmdstat_wait"]["usec"] < 100_000 and stats["cmdstat_sync"]["usec"] < 100_000, stats
