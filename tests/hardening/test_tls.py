@@ -16,6 +16,8 @@ import pytest
 import redis
 from hardening_support import free_port, recv_until_closed
 
+from kvd.persist.rdb import RdbReader
+
 MiB = 1 << 20
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="the openssl CLI is not installed")
@@ -93,6 +95,12 @@ def test_tls_without_client_certificates(kvd_factory, certs):
     assert r.mget(list(chunks)) == list(chunks.values())
     # the same key is visible on the plain port
     assert srv.client().get("tls:big") == value
+    # a backup over TLS: redis-cli --rdb streams the snapshot through the TLS transport
+    backup = certs / f"backup-{srv.tls_port}.rdb"
+    done = redis_cli(srv.tls_port, "--tls", "--cacert", str(certs / "ca.crt"), "--rdb", str(backup), timeout=60)
+    assert done.returncode == 0 and "Transfer finished with success" in done.stderr, done.stderr
+    with open(backup, "rb") as f:
+        assert dict((k, v) for k, v, _ in RdbReader(f))[b"tls:big"] == value
     # the server certificate does not verify against another CA
     bad = redis.Redis.from_url(
         f"rediss://127.0.0.1:{srv.tls_port}", ssl_ca_certs=str(certs / "otherca.crt"), socket_timeout=10
