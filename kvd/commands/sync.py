@@ -35,6 +35,7 @@ from kvd.persist import rdb
 from kvd.persist.dump import crc64_update
 from kvd.protocol import errors
 from kvd.protocol.errors import CommandError
+from kvd.store.snapshot import Snapshot
 
 from .args import lower, parse_int
 from .connection import REDIS_COMPAT_VERSION
@@ -42,7 +43,6 @@ from .registry import ADMIN, LOADING, NO_MULTI, command
 
 if TYPE_CHECKING:
     from kvd.connection import Client
-    from kvd.store.snapshot import Snapshot
 
 log = logging.getLogger("kvd.sync")
 
@@ -137,13 +137,13 @@ def _start(c: Client, psync: bool) -> Any:
     if not c.sync_rdb_only:
         return _refuse_replica()
     started = time.perf_counter()
-    snap = c.keyspace.snapshot() if c.sync_keys else None
+    snap = c.keyspace.snapshot() if c.sync_keys else Snapshot.empty()
     c.server.stats.sync_full += 1
     log.info(
         "client %s (id=%d) asks for a snapshot: %d keys, taken in %.0f ms",
         c.addr,
         c.id,
-        len(snap) if snap else 0,
+        len(snap),
         (time.perf_counter() - started) * 1000,
     )
     if psync:
@@ -158,25 +158,19 @@ async def _refuse_replica() -> None:
     raise CommandError(NOT_A_PRIMARY)
 
 
-async def _stream(c: Client, snap: Snapshot | None) -> None:
-    """Write ``$<size>\\r\\n`` and the RDB file of ``snap`` (None: a file with no keys), then close."""
+async def _stream(c: Client, snap: Snapshot) -> None:
+    """Write ``$<size>\\r\\n`` and the RDB file of ``snap``, then close."""
     loop = asyncio.get_running_loop()
     c.limit_output(STREAM_HIGH, STREAM_LOW)
     sent = 0
     try:
-        head = rdb.preamble(len(snap) if snap else 0, snap.expires if snap else 0, _aux(c))
-        total = len(head) + len(rdb.EOF) + 8
-        if snap is not None:  # the size, announced first, in steps: a million keys would hold the loop 0.6 s
-            layout = snap.layout()
-            while chunk := list(islice(layout, 10_000)):
-                total += sum(rdb.entry_size(k, n, e) for k, n, e in chunk)
-                await asyncio.sleep(0)
+        head = rdb.preamble(len(snap), snap.expires, _aux(c))
+        total = await _file_size(snap, len(head))
         c.reply.raw(b"$%d\r\n" % total)
         crc = 0
         piece = bytearray(head)
-        items = snap.items() if snap is not None else _no_items()
         keys = 0  # in the piece being gathered
-        async for key, value, expire_at in items:
+        async for key, value, expire_at in snap.items():
             piece += rdb.key_header(key, len(value), expire_at)
             keys += 1
             if len(value) < PIECE:
@@ -222,13 +216,18 @@ async def _stream(c: Client, snap: Snapshot | None) -> None:
         log.exception("snapshot for client %s (id=%d) failed after %d bytes: closing", c.addr, c.id, sent)
         c.kill()  # a truncated file, never a wrong one: redis-cli reports the I/O error
     finally:
-        if snap is not None:
-            snap.close()
+        snap.close()
 
 
-async def _no_items() -> Any:
-    return
-    yield  # an async generator with nothing in it
+async def _file_size(snap: Snapshot, head: int) -> int:
+    """The RDB file's size, announced before its first byte. Summed in steps: a million keys would otherwise
+    hold the event loop for 0.6 s."""
+    total = head + len(rdb.EOF) + 8
+    layout = snap.layout()
+    while chunk := list(islice(layout, 10_000)):
+        total += sum(rdb.entry_size(k, n, e) for k, n, e in chunk)
+        await asyncio.sleep(0)
+    return total
 
 
 def _aux(c: Client) -> list[tuple[bytes, bytes]]:

@@ -54,6 +54,11 @@ class Snapshot:
         self._pinned = pinned
         self._next = 0
 
+    @classmethod
+    def empty(cls) -> Snapshot:
+        """A snapshot with no keys (what a client that asked for functions only gets: kvd has none)."""
+        return cls([], 0, None, {})
+
     def __len__(self) -> int:
         return len(self._items)
 
