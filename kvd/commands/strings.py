@@ -309,9 +309,9 @@ def mget(c: Client, argv: list[Any]) -> Any:
 def mset(c: Client, argv: list[Any]) -> None:
     if len(argv) % 2 == 0:
         raise CommandError(errors.wrong_arity("mset"))
-    for i in range(1, len(argv), 2):
-        key = bytes(argv[i])
-        c.keyspace.set(key, argv[i + 1])
+    pairs = [(bytes(argv[i]), argv[i + 1]) for i in range(1, len(argv), 2)]
+    c.keyspace.set_many(pairs)
+    for key, _ in pairs:
         notify(c.keyspace, STRING, b"set", key)
     c.reply.ok()
 
@@ -333,8 +333,8 @@ def msetnx(c: Client, argv: list[Any]) -> None:
     if any(c.keyspace.lookup(k) is not None for k in keys):
         c.reply.integer(0)
         return
-    for i, key in zip(range(2, len(argv), 2), keys, strict=True):
-        c.keyspace.set(key, argv[i])
+    c.keyspace.set_many([(key, argv[i]) for i, key in zip(range(2, len(argv), 2), keys, strict=True)])
+    for key in keys:
         notify(c.keyspace, STRING, b"set", key)
     c.reply.integer(1)
 

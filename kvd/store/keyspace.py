@@ -279,10 +279,13 @@ class Keyspace:
 
     # -- writing ---------------------------------------------------------------------------------------------
 
-    def set(self, key: bytes, value: Value, expire_at: int = 0, moving: bool = False) -> None:
+    def set(
+        self, key: bytes, value: Value, expire_at: int = 0, moving: bool = False, room_checked: bool = False
+    ) -> None:
         """Store ``value`` (kept by reference: callers hand over ownership and never mutate it). ``moving`` is
-        for ``rename``: the value is about to leave its old key, so it is neither refused nor a reason to evict."""
-        if self.policy == "noeviction" and not moving:
+        for ``rename``: the value is about to leave its old key, so it is neither refused nor a reason to evict.
+        ``room_checked``: ``set_many`` has checked the room for it under ``noeviction`` already."""
+        if self.policy == "noeviction" and not moving and not room_checked:
             self._check_room(len(value) + (0 if key in self._entries else self.ram.key_charge(key)))
         seg_log = self.log
         loc = seg_log.append_set(key, value, expire_at) if seg_log is not None else None
@@ -320,6 +323,17 @@ class Keyspace:
             self.tracking.invalidate(key)
         if ram.budget and ram.used > ram.budget and not moving:
             self._evict()
+
+    def set_many(self, pairs: list[tuple[bytes, Value]]) -> None:
+        """MSET's writes: all of them or, under ``noeviction`` without room for all, none (``OutOfMemory``).
+        Redis refuses the whole command before it runs; checking key by key would leave the first ones
+        written."""
+        if self.policy == "noeviction":
+            entries = self._entries
+            key_charge = self.ram.key_charge
+            self._check_room(sum(len(v) + (0 if k in entries else key_charge(k)) for k, v in pairs))
+        for key, value in pairs:
+            self.set(key, value, room_checked=True)
 
     def unshare(self, key: bytes) -> None:
         """Redis's ``dbUnshareStringValue`` for a write that changes no byte (SETBIT of a bit that is already so):

@@ -69,6 +69,20 @@ def test_noeviction_policy_refuses_writes_with_oom(server_factory):
     assert r.dbsize() == stored
 
 
+def test_an_mset_refused_for_memory_writes_none_of_its_keys(server_factory):
+    """MSET and MSETNX are atomic under noeviction too: a small first key that would fit does not stay behind
+    when a later one is refused (kvd once checked the room key by key and left the first ones written)."""
+    srv = server_factory("--persistence", "no", "--maxmemory", "4mb", "--maxmemory-policy", "noeviction")
+    r = srv.client()
+    with pytest.raises(redis.exceptions.OutOfMemoryError):
+        for i in range(64):
+            r.set(f"fill{i}", os.urandom(256 * 1024))
+    for command in ("MSET", "MSETNX"):
+        with pytest.raises(redis.exceptions.OutOfMemoryError):
+            r.execute_command(command, "small", "x", "large", os.urandom(MiB))
+        assert r.exists("small", "large") == 0
+
+
 @pytest.mark.kvd_only  # kvd evicts at once under allkeys-lru
 def test_config_set_maxmemory_shrinks_now(server_factory):
     srv = server_factory("--persistence", "no", "--maxmemory", "64mb")
