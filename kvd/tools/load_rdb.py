@@ -5,10 +5,11 @@ The way back from ``redis-cli --rdb``: restore a kvd backup, or move a Redis dat
 
     redis-cli -p 6380 --rdb - | kvd-load-rdb - --port 6379
 
-Each key becomes ``SET key value [PXAT deadline]`` (``NX`` with ``--no-replace``), sent in pipelines of up to
-``--batch-bytes`` (8 MiB) or 1000 commands: one round trip per batch, values never copied into a second buffer
-by the tool. Keys whose deadline has passed are skipped, as Redis skips them when it loads a file. The file is
-read once, one value at a time (``kvd/persist/rdb.py``), so a file larger than this machine's memory loads too.
+Each batch of up to 1000 keys or ``--batch-bytes`` (8 MiB) is one round trip: the keys without a deadline in
+one ``MSET``, the others as ``SET key value PXAT deadline`` (every key as ``SET ... NX`` with ``--no-replace``).
+One MSET of 1000 small keys costs the server about half of 1000 SETs. Keys whose deadline has passed are
+skipped, as Redis skips them when it loads a file. The tool holds one batch at a time (``kvd/persist/rdb.py``
+reads one value at a time), so a file larger than this machine's memory loads too.
 
 A file (not a pipe) is read twice: once to check it whole, structure and checksum, so that a damaged file
 writes nothing; then to load it. From a pipe there is one pass, and damage found at the end (the checksum) is
@@ -31,7 +32,7 @@ import redis
 
 from kvd.persist.rdb import RdbError, RdbReader
 
-BATCH_COMMANDS = 1000
+BATCH_KEYS = 1000
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -71,32 +72,46 @@ class Loader:
 
     def load(self, reader: RdbReader) -> None:
         now = int(time.time() * 1000)
-        pipe = self.client.pipeline(transaction=False)
-        sizes: list[int] = []  # of the keys in the batch being built
+        batch: list[tuple[bytes, bytes, int]] = []
         batch_bytes = 0
         for key, value, expire_at in reader:
             if expire_at and expire_at <= now:
                 self.expired += 1
                 continue
-            pipe.set(key, value, pxat=expire_at or None, nx=not self.replace)
-            sizes.append(len(key) + len(value))
-            batch_bytes += sizes[-1]
-            if len(sizes) >= BATCH_COMMANDS or batch_bytes >= self.batch_bytes:
-                self._send(pipe, sizes)
+            batch.append((key, value, expire_at))
+            batch_bytes += len(key) + len(value)
+            if len(batch) >= BATCH_KEYS or batch_bytes >= self.batch_bytes:
+                self._send(batch)
                 batch_bytes = 0
-        self._send(pipe, sizes)
+        self._send(batch)
 
-    def _send(self, pipe: redis.client.Pipeline, sizes: list[int]) -> None:
-        keys = [args[1] for args, _ in pipe.command_stack]
-        for key, reply, size in zip(keys, pipe.execute(raise_on_error=False), sizes, strict=True):
-            if isinstance(reply, redis.ResponseError):
-                raise redis.ResponseError(f"the server refused key {key[:100]!r}: {reply}")
-            if reply:
-                self.written += 1
-                self.bytes += size
-            else:
-                self.existing += 1  # SET NX answers nil for a key that exists
-        sizes.clear()
+    def _send(self, batch: list[tuple[bytes, bytes, int]]) -> None:
+        """One round trip: the keys without a deadline in one MSET (half the server's work of a SET each, for
+        small keys), the others as SET PXAT; with --no-replace every key as SET NX."""
+        pipe = self.client.pipeline(transaction=False)
+        plain = {key: value for key, value, expire_at in batch if not expire_at} if self.replace else {}
+        if plain:
+            pipe.mset(plain)
+        singles = [(key, value, expire_at) for key, value, expire_at in batch if key not in plain]
+        for key, value, expire_at in singles:
+            pipe.set(key, value, pxat=expire_at or None, nx=not self.replace)
+        replies = pipe.execute(raise_on_error=False)
+        if plain:
+            self._count(replies.pop(0), list(plain), sum(len(k) + len(v) for k, v in plain.items()))
+        for (key, value, _), reply in zip(singles, replies, strict=True):
+            self._count(reply, [key], len(key) + len(value))
+        batch.clear()
+
+    def _count(self, reply: object, keys: list[bytes], nbytes: int) -> None:
+        if isinstance(reply, redis.ResponseError):
+            first = keys[0][:100]
+            which = f"key {first!r}" if len(keys) == 1 else f"an MSET of {len(keys)} keys from {first!r}"
+            raise redis.ResponseError(f"the server refused {which}: {reply}")
+        if reply:
+            self.written += len(keys)
+            self.bytes += nbytes
+        else:
+            self.existing += 1  # SET NX answers nil for a key that exists
 
     def summary(self, source: str, target: str) -> str:
         text = f"loaded {self.written} keys ({self.bytes} bytes of keys and values) from {source} into {target}"
