@@ -1,4 +1,9 @@
-"""ROLE, WAIT and WAITAOF: what Redis's replication commands answer on a server that has no replicas.
+"""ROLE, WAIT, WAITAOF, REPLICAOF and FAILOVER: what Redis's replication commands answer on a server that has no
+replicas and follows no primary.
+
+REPLICAOF NO ONE is what failover scripts send to the server that is to be the primary: kvd is one already, so
+OK. REPLICAOF <host> <port> is refused (after Redis's own check of the port) with the one way kvd takes another
+server's data: a snapshot piped into it. FAILOVER answers as a Redis primary without replicas.
 
 kvd is a primary with no replicas: ROLE says so, WAIT counts 0 acknowledging replicas, and a WAIT or WAITAOF that
 asks for replicas blocks until its timeout (0 = for ever), as on a Redis primary none of whose replicas answer.
@@ -16,10 +21,11 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from kvd.protocol import errors
 from kvd.protocol.errors import CommandError
 
-from .args import parse_int, parse_timeout_ms
-from .registry import FAST, LOADING, command
+from .args import lower, parse_int, parse_timeout_ms
+from .registry import ADMIN, FAST, LOADING, command
 
 if TYPE_CHECKING:
     from kvd.connection import Client
@@ -127,3 +133,73 @@ def _timeout_ms(raw: bytes) -> int:
     """The timeout in milliseconds; 0 means no limit, and so does one longer than the loop's timers take."""
     ms = parse_timeout_ms(raw)
     return 0 if ms >= _FOREVER_MS else ms
+
+
+@command(
+    "replicaof",
+    3,
+    ADMIN,
+    group="server",
+    since="5.0.0",
+    summary="Configures a server as replica of another, or promotes it to a primary (kvd: always a primary).",
+    usage="host port",
+)
+def replicaof(c: Client, argv: list[Any]) -> None:
+    if lower(argv[1]) == b"no" and lower(argv[2]) == b"one":
+        c.reply.ok()  # a primary already, as Redis answers one
+        return
+    port = parse_int(argv[2], "ERR Invalid master port")
+    if not 0 <= port <= 65535:
+        raise CommandError("ERR Invalid master port")
+    host = bytes(argv[1]).decode("utf-8", "replace")
+    raise CommandError(
+        f"ERR kvd does not replicate from another server; copy its data once with: redis-cli -h {host} -p {port} "
+        f"--rdb - | kvd-load-rdb - --port {c.laddr.rsplit(':', 1)[-1]}"
+    )
+
+
+@command(
+    "slaveof",
+    3,
+    ADMIN,
+    group="server",
+    since="1.0.0",
+    summary="REPLICAOF's old name.",
+    usage="host port",
+)
+def slaveof(c: Client, argv: list[Any]) -> None:
+    replicaof(c, argv)
+
+
+@command(
+    "failover",
+    -1,
+    ADMIN,
+    group="server",
+    since="6.2.0",
+    summary="Starts a coordinated failover from a server to one of its replicas (kvd has none).",
+    usage="[TO host port [FORCE]] [ABORT] [TIMEOUT milliseconds]",
+)
+def failover(c: Client, argv: list[Any]) -> None:
+    if len(argv) == 2 and lower(argv[1]) == b"abort":
+        raise CommandError("ERR No failover in progress.")
+    timeout = 0
+    host = force = False
+    j = 1
+    while j < len(argv):  # Redis's parse: each option once, its values checked as it goes
+        option = lower(argv[j])
+        if option == b"timeout" and j + 1 < len(argv) and timeout == 0:
+            timeout = parse_int(argv[j + 1])
+            if timeout <= 0:
+                raise CommandError("ERR FAILOVER timeout must be greater than 0")
+            j += 2
+        elif option == b"to" and j + 2 < len(argv) and not host:
+            parse_int(argv[j + 2])
+            host = True
+            j += 3
+        elif option == b"force" and not force:
+            force = True
+            j += 1
+        else:
+            raise CommandError(errors.SYNTAX)
+    raise CommandError("ERR FAILOVER requires connected replicas.")

@@ -270,3 +270,28 @@ def test_time_spent_waiting_is_not_run_time(server):
     assert [e["command"] for e in c.slowlog_get()] == []
     stats = c.info("commandstats")
     assert stats["cmdstat_wait"]["usec"] < 100_000 and stats["cmdstat_sync"]["usec"] < 100_000, stats
+
+
+def test_replicaof_and_failover_answer_as_a_primary_without_replicas(server):
+    with server.raw() as raw:
+        assert raw.command("REPLICAOF", "NO", "ONE") == b"+OK\r\n"
+        assert raw.command("SLAVEOF", "no", "one") == b"+OK\r\n"
+        assert raw.command("REPLICAOF", "127.0.0.1", "x") == b"-ERR Invalid master port\r\n"
+        assert raw.command("REPLICAOF", "127.0.0.1", "70000") == b"-ERR Invalid master port\r\n"
+        assert raw.command("FAILOVER") == b"-ERR FAILOVER requires connected replicas.\r\n"
+        assert raw.command("FAILOVER", "ABORT") == b"-ERR No failover in progress.\r\n"
+        assert raw.command("FAILOVER", "TIMEOUT", "0") == b"-ERR FAILOVER timeout must be greater than 0\r\n"
+        assert raw.command("FAILOVER", "TO", "h", "x") == b"-ERR value is not an integer or out of range\r\n"
+        assert raw.command("FAILOVER", "FORCE", "FORCE") == b"-ERR syntax error\r\n"
+        assert raw.command("FAILOVER", "TO", "h", "1", "FORCE") == b"-ERR FAILOVER requires connected replicas.\r\n"
+        assert raw.command("ROLE") == b"*3\r\n$6\r\nmaster\r\n:0\r\n*0\r\n"
+
+
+@pytest.mark.kvd_only  # Redis would start replicating
+def test_replicaof_a_server_says_how_to_copy_it_instead(server):
+    with server.raw() as raw:
+        reply = raw.command("REPLICAOF", "10.0.0.7", "6380")
+    assert reply == (
+        b"-ERR kvd does not replicate from another server; copy its data once with: "
+        b"redis-cli -h 10.0.0.7 -p 6380 --rdb - | kvd-load-rdb - --port %d\r\n" % server.port
+    )
