@@ -8,7 +8,7 @@ them too, as long as its segment file stays open (``SegmentLog.pin_all``: compac
 meanwhile, the open file keeps its blocks).
 
 ``take`` walks every key once, in one event-loop step: that walk is the snapshot's only pause, O(keys), about
-0.45 us per key (90 ms for 200 000 keys; docs/operations.md, "Backups"). Reading out (``items``) is
+0.3-0.5 us per key (64-101 ms for 200 000 keys; docs/operations.md, "Backups"). Reading out (``items``) is
 asynchronous, and every other client is served meanwhile.
 
 What a snapshot holds until it has been read out:
