@@ -55,6 +55,7 @@ from kvd.store.keyspace import OutOfMemory
 
 if TYPE_CHECKING:
     from kvd.pubsub import Subscriptions
+    from kvd.replication import Replica
     from kvd.server import Server
     from kvd.stats import CommandStats, ServerStats
     from kvd.tracking import ClientTracking
@@ -154,8 +155,10 @@ class Client(asyncio.BufferedProtocol):
         self.no_touch = False  # CLIENT NO-TOUCH on: its reads leave the LRU order alone
         self.no_evict = False  # CLIENT NO-EVICT on: shown in CLIENT LIST (kvd evicts no clients, only keys)
         self._special = False  # tracking or no_touch: commands run through _call_special
-        self.sync_rdb_only = False  # REPLCONF rdb-only 1: SYNC may send it a snapshot (kvd/commands/sync.py)
+        self.sync_rdb_only = False  # REPLCONF rdb-only 1: SYNC sends a snapshot and closes (kvd/commands/sync.py)
         self.sync_keys = True  # REPLCONF rdb-filter-only: a snapshot without keys
+        self.sync_listening_port = 0  # REPLCONF listening-port: where a replica says it listens (INFO, ROLE)
+        self.replica: Replica | None = None  # after PSYNC/SYNC: this connection is a replica (kvd/replication.py)
         self._drain_waiter: asyncio.Future[None] | None = None  # ``drained`` waits on it
 
     # -- asyncio protocol callbacks ----------------------------------------------------------------------------
@@ -190,6 +193,8 @@ class Client(asyncio.BufferedProtocol):
         self._closed = True
         self.unblock()
         self._wake_drain_waiter()
+        if self.replica is not None:
+            self.server.detach_replica(self)
         if self.subscriptions is not None:
             self.server.pubsub.forget(self)
         if self._receiver is not None:
@@ -268,10 +273,15 @@ class Client(asyncio.BufferedProtocol):
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
-    def limit_output(self, high: int, low: int) -> None:
-        """Lower this connection's write-buffer marks (a stream holds its own output to a few MiB)."""
-        if self.transport is not None:
-            self.transport.set_write_buffer_limits(high=high, low=low)
+    def limit_output(self, high: int | None = None, low: int | None = None) -> None:
+        """Set this connection's write-buffer marks (a snapshot holds its own output to a few MiB); without
+        arguments, back to ``client-output-buffer-soft-limit``'s."""
+        if self.transport is None:
+            return
+        if high is None:
+            soft = self.server.settings.client_output_buffer_soft_limit
+            high, low = (soft, soft // 2) if soft else (None, None)
+        self.transport.set_write_buffer_limits(high=high, low=low)
 
     def hold_commands(self) -> None:
         """CLIENT PAUSE began: commands not yet run wait (``_hold_here`` says which)."""
@@ -755,6 +765,29 @@ class Client(asyncio.BufferedProtocol):
         if not (self._busy or self._log_dirty or self._write_spans):
             self._replies.add(self, together=True)
 
+    def send_stream(self, parts: list[Any], hard_limit: int) -> None:
+        """Replication stream for this replica, straight to the transport (never held with replies): values go
+        as the views they came as. Past ``hard_limit`` bytes queued the replica is dropped, as Redis drops one
+        over its output buffer limit; the primary never waits for it."""
+        transport = self.transport
+        if self._closed or transport is None:
+            return
+        if self._vectored:
+            transport.writelines(parts)
+        else:
+            for part in parts:
+                transport.write(part)
+        self.stats.net_repl_output_bytes += sum(len(p) for p in parts)
+        if hard_limit and transport.get_write_buffer_size() > hard_limit:
+            log.warning(
+                "dropping replica %s (id=%d): %d bytes of stream queued is over client-output-buffer-hard-limit",
+                self.addr,
+                self.id,
+                transport.get_write_buffer_size(),
+            )
+            self.server.stats.output_limit_disconnections += 1
+            self.kill()
+
     def pending_output(self) -> bool:
         """Replies not yet handed to the socket: written into this batch or still in the transport."""
         return bool(self._out) or self.output_bytes() > 0
@@ -763,9 +796,16 @@ class Client(asyncio.BufferedProtocol):
         """Reply bytes the transport still holds for this client (CLIENT LIST's omem, MEMORY STATS)."""
         return self.transport.get_write_buffer_size() if self.transport and not self._closed else 0
 
+    def client_type(self) -> str:
+        """Redis's client type: "replica", "pubsub" (subscribed to anything) or "normal"."""
+        if self.replica is not None:
+            return "replica"
+        return "pubsub" if self.subscriptions and self.subscriptions.total() else "normal"
+
     def _flags(self) -> str:
         """CLIENT LIST's flags, as Redis writes them: x in MULTI, P subscribed, O a monitor, N for none."""
         flags = ("O" if self.monitoring else "") + ("P" if self.subscriptions and self.subscriptions.total() else "")
+        flags += "S" if self.replica is not None else ""
         flags += "x" if self._multi is not None else ""
         mode = self.tracking
         if mode is not None:

@@ -24,6 +24,7 @@ from kvd.latency import LatencyMonitor
 from kvd.notify import KEYEVENT, KEYSPACE, KeyspaceEvents, parse_flags
 from kvd.persist.saves import Saves
 from kvd.pubsub import PubSub
+from kvd.replication import Replica, ReplicationFeed
 from kvd.slowlog import SlowLog
 from kvd.stats import ServerStats, render_info
 from kvd.tracking import Tracking
@@ -60,6 +61,8 @@ class Server:
         self._pause_end = 0.0
         self._pause_timer: asyncio.TimerHandle | None = None
         self.run_id = os.urandom(20).hex()
+        # The stream to replicas (kvd/replication.py); the keyspace reports to it only while one is attached.
+        self.replication = ReplicationFeed(self.run_id, settings.client_output_buffer_hard_limit)
         self.bound_port = settings.port
         self.loop_name = "asyncio"
         self._next_id = 0
@@ -90,6 +93,18 @@ class Server:
             client.hold_commands()
         return True
 
+    def attach_replica(self, client: Client) -> Replica:
+        """``client`` sent PSYNC or SYNC: from now on the keyspace's changes are streamed to it."""
+        self.keyspace.feed = self.replication
+        client.replica = self.replication.attach(client)
+        log.info("replica %s (id=%d) attached", client.addr, client.id)
+        return client.replica
+
+    def detach_replica(self, client: Client) -> None:
+        if self.replication.detach(client):
+            self.keyspace.feed = None  # the last one: changes cost nothing more
+        log.info("replica %s (id=%d) detached", client.addr, client.id)
+
     def unregister(self, client: Client) -> None:
         self.clients.pop(client.id, None)
         self.monitors.discard(client)
@@ -113,6 +128,7 @@ class Server:
         if self.tracking is not None:
             self.tracking.max_keys = new.tracking_table_max_keys
         self.latency.threshold_ms = new.latency_monitor_threshold
+        self.replication.hard_limit = new.client_output_buffer_hard_limit
         self.watch_ns = _watch_ns(new)
         if ks.log is not None and new.appendfsync != old.appendfsync:
             ks.log.set_appendfsync(new.appendfsync)
@@ -242,6 +258,8 @@ class Server:
                 now = time.monotonic()
                 self.keyspace.ram.set_clock(int(now))
                 self.latency.add("expire-cycle", now - started)
+                if self.keyspace.feed is not None:
+                    self.replication.tick(now)
                 st = self.stats
                 st.ops_per_sec.sample(now, st.commands_processed(), st.net_input_bytes, st.net_output_bytes)
                 if self.settings.timeout and now - last_idle_check >= 1.0:

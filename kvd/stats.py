@@ -61,6 +61,7 @@ class ServerStats:
         self.auth_failures = 0
         self.output_limit_disconnections = 0
         self.sync_full = 0  # snapshots asked for with SYNC or PSYNC (kvd/commands/sync.py)
+        self.net_repl_output_bytes = 0  # the replication stream sent to replicas (kvd/replication.py)
         self.prefix_lookups = 0
         self.prefix_keys_hit = 0
         self.prefix_keys_missed = 0
@@ -289,6 +290,7 @@ def _stats(s: Server) -> list[tuple[str, object]]:
         ("instantaneous_ops_per_sec", ops),
         ("total_net_input_bytes", st.net_input_bytes),
         ("total_net_output_bytes", st.net_output_bytes),
+        ("total_net_repl_output_bytes", st.net_repl_output_bytes),
         ("instantaneous_input_kbps", f"{kbps_in:.2f}"),
         ("instantaneous_output_kbps", f"{kbps_out:.2f}"),
         ("total_reads_processed", st.reads_processed),
@@ -315,12 +317,14 @@ def _stats(s: Server) -> list[tuple[str, object]]:
 
 
 def _replication(s: Server) -> list[tuple[str, object]]:
+    feed = s.replication
     return [
         ("role", "master"),
-        ("connected_slaves", 0),
+        ("connected_slaves", len(feed.replicas)),
+        *feed.info(),
         ("master_failover_state", "no-failover"),
         ("master_replid", s.run_id),
-        ("master_repl_offset", 0),
+        ("master_repl_offset", feed.offset),
         ("repl_backlog_active", 0),
     ]
 

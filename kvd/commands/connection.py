@@ -281,12 +281,22 @@ def client_list(c: Client, argv: list[Any]) -> None:
         opt = lower(argv[2])
         if opt == b"id" and len(argv) > 3:
             ids = {parse_int(a) for a in argv[3:]}
-        elif opt == b"type" and len(argv) == 4 and lower(argv[3]) in (b"normal", b"pubsub", b"replica", b"master"):
-            ids = None if lower(argv[3]) == b"normal" else set()
+        elif opt == b"type" and len(argv) == 4:
+            kind = _client_type(argv[3])
+            ids = {cl.id for cl in c.server.clients.values() if cl.client_type() == kind}
         else:
             raise CommandError(errors.SYNTAX)
     lines = [cl.describe() + "\n" for cl in c.server.clients.values() if ids is None or cl.id in ids]
     c.reply.verbatim("".join(lines))
+
+
+def _client_type(raw: bytes) -> str:
+    """CLIENT LIST's and CLIENT KILL's TYPE, with Redis's names (``slave`` is ``replica``)."""
+    kind = lower(raw).decode("utf-8", "replace")
+    kind = "replica" if kind == "slave" else kind
+    if kind not in ("normal", "replica", "pubsub", "master"):
+        raise CommandError(f"ERR Unknown client type '{bytes(raw).decode('utf-8', 'replace')}'")
+    return kind
 
 
 @command(
@@ -297,7 +307,7 @@ def client_list(c: Client, argv: list[Any]) -> None:
     since="2.4.0",
     parent="client",
     summary="Terminates open connections.",
-    usage="ID client-id | ADDR ip:port",
+    usage="ID client-id | ADDR ip:port | TYPE NORMAL|REPLICA|PUBSUB|MASTER | SKIPME yes|no",
 )
 def client_kill(c: Client, argv: list[Any]) -> None:
     if len(argv) == 3:  # old form: CLIENT KILL addr
@@ -320,6 +330,9 @@ def client_kill(c: Client, argv: list[Any]) -> None:
         elif opt == b"skipme":
             if lower(value) == b"yes":
                 victims = [cl for cl in victims if cl is not c]
+        elif opt == b"type":
+            kind = _client_type(value)
+            victims = [cl for cl in victims if cl.client_type() == kind]
         else:
             raise CommandError(errors.SYNTAX)
     for cl in victims:

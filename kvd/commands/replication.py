@@ -1,13 +1,16 @@
-"""ROLE, WAIT, WAITAOF, REPLICAOF and FAILOVER: what Redis's replication commands answer on a server that has no
-replicas and follows no primary.
+"""ROLE, WAIT, WAITAOF, REPLICAOF and FAILOVER: Redis's replication commands on a primary that follows no other.
+
+ROLE and WAIT see the replicas attached with PSYNC (kvd/replication.py): WAIT blocks until enough of them have
+acknowledged every write before it, or its timeout. WAITAOF's replica count is always 0: Redis 7.0 replicas do not
+report their own fsyncs.
 
 REPLICAOF NO ONE is what failover scripts send to the server that is to be the primary: kvd is one already, so
 OK. REPLICAOF <host> <port> is refused (after Redis's own check of the port) with the one way kvd takes another
-server's data: a snapshot piped into it. FAILOVER answers as a Redis primary without replicas.
+server's data: a snapshot piped into it. FAILOVER answers as a Redis primary without replicas; with replicas it
+is refused, since kvd cannot become a replica of one of them (promote the replica with REPLICAOF NO ONE).
 
-kvd is a primary with no replicas: ROLE says so, WAIT counts 0 acknowledging replicas, and a WAIT or WAITAOF that
-asks for replicas blocks until its timeout (0 = for ever), as on a Redis primary none of whose replicas answer.
-The wait blocks only its own client; CLIENT UNBLOCK, a disconnect or SHUTDOWN ends it early.
+A WAIT or WAITAOF that asks for more replicas than will answer blocks until its timeout (0 = for ever), as on a
+Redis primary. The wait blocks only its own client; CLIENT UNBLOCK, a disconnect or SHUTDOWN ends it early.
 
 WAITAOF's local part is real: ``WAITAOF 1 0 timeout`` returns ``[1, 0]`` once everything acknowledged to this
 client so far is fsynced. With ``appendfsync always`` that is already so (a write's reply waits for its fsync,
@@ -42,10 +45,15 @@ _FOREVER_MS = 1 << 41  # about 70 years: longer is "no limit" to the event loop'
     summary="Returns the replication role.",
 )
 def role(c: Client, argv: list[Any]) -> None:
+    feed = c.server.replication
     c.reply.array(3)
     c.reply.bulk(b"master")
-    c.reply.integer(0)  # the replication offset: nothing is replicated
-    c.reply.array(0)  # no replicas
+    c.reply.integer(feed.offset)
+    online = [r for r in feed.replicas if r.state == "online"]
+    c.reply.array(len(online))
+    for r in online:  # ip, listening port, acknowledged offset: strings, as Redis sends them
+        c.reply.bulk_array([r.client.addr.rsplit(":", 1)[0].encode(), b"%d" % r.client.sync_listening_port,
+                            b"%d" % r.ack_offset])  # fmt: skip
 
 
 @command(
@@ -63,16 +71,19 @@ def role(c: Client, argv: list[Any]) -> None:
 def wait(c: Client, argv: list[Any]) -> Any:
     numreplicas = parse_int(argv[1])
     timeout = _timeout_ms(argv[2])
-    if numreplicas <= 0 or c.executing_transaction:
-        c.reply.integer(0)
+    feed = c.server.replication
+    feed.flush_now()
+    acked = feed.acked(feed.written_offset)
+    if acked >= numreplicas or c.executing_transaction:
+        c.reply.integer(acked)
         return None
-    return _wait_replicas(c, timeout)
+    return _wait_replicas(c, numreplicas, timeout)
 
 
-async def _wait_replicas(c: Client, timeout: int) -> None:
-    await c.block(None, timeout)
+async def _wait_replicas(c: Client, numreplicas: int, timeout: int) -> None:
+    acked = await c.server.replication.wait_acks(c, numreplicas, timeout)
     _raise_unblock_error(c)
-    c.reply.integer(0)
+    c.reply.integer(acked)
 
 
 @command(
@@ -202,4 +213,9 @@ def failover(c: Client, argv: list[Any]) -> None:
             j += 1
         else:
             raise CommandError(errors.SYNTAX)
-    raise CommandError("ERR FAILOVER requires connected replicas.")
+    if not c.server.replication.replicas:
+        raise CommandError("ERR FAILOVER requires connected replicas.")
+    raise CommandError(
+        "ERR kvd cannot fail over: it does not become a replica of its replicas; send REPLICAOF NO ONE to the "
+        "replica that is to be the primary"
+    )

@@ -1,17 +1,17 @@
-"""SYNC, PSYNC and REPLCONF: a snapshot of the keyspace as an RDB file, for ``redis-cli --rdb``.
+"""SYNC, PSYNC and REPLCONF: a snapshot of the keyspace as an RDB file, for ``redis-cli --rdb`` and for replicas.
 
 ``redis-cli --rdb backup.rdb`` is how Redis users take a backup of a running server, and the file it writes
 loads into any Redis (and back into kvd with ``kvd-load-rdb``). It sends ``REPLCONF capa eof``, ``REPLCONF
 rdb-only 1`` and ``SYNC``, and reads ``$<length>\\r\\n`` and the file. kvd answers exactly that: it takes a
 snapshot (``kvd/store/snapshot.py``: one pass over the keys, the only pause), announces the file's exact size,
 then streams it (``kvd/persist/rdb.py``) while every other client is served, and closes the connection at the
-end, as Redis closes an rdb-only replica's. ``PSYNC ? -1`` gets ``+FULLRESYNC <replid> 0`` first, as Redis
-answers a replica it cannot continue.
+end, as Redis closes an rdb-only replica's. ``PSYNC`` gets ``+FULLRESYNC <replid> <offset>`` first: kvd keeps
+no backlog to continue a replica from, so every PSYNC is a full resynchronisation.
 
-kvd is not a replication primary: it keeps no replication stream to follow a snapshot with, so a SYNC or PSYNC
-that did not ask for the snapshot alone (a Redis replica's, or ``redis-cli --replica``) is refused with an error
-that says so, rather than answered with a file the replica would then wait on for ever. The refusal comes a
-second late, because a Redis replica asks again as soon as it has it.
+A SYNC or PSYNC without ``rdb-only`` is a replica's (a Redis server's after REPLICAOF, or ``redis-cli --replica``):
+it is attached to the replication stream (``kvd/replication.py``) in the same event-loop step as its snapshot is
+taken, so the stream starts exactly where the snapshot ends, and after the file the connection stays open for
+the stream. ``+FULLRESYNC`` then names the stream's offset at that point.
 
 Flow control. The stream yields to the event loop after each piece, and keeps at most ``STREAM_HIGH`` bytes
 queued in the connection's transport: then it waits for the client to read them down to ``STREAM_LOW``
@@ -24,6 +24,7 @@ C loop releases the GIL), so the event loop keeps serving while 32 MiB are summe
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import shlex
 import time
@@ -43,6 +44,7 @@ from .registry import ADMIN, LOADING, NO_MULTI, command
 
 if TYPE_CHECKING:
     from kvd.connection import Client
+    from kvd.replication import Replica
 
 log = logging.getLogger("kvd.sync")
 
@@ -51,11 +53,6 @@ PIECE_KEYS = 1000  # a piece of tiny keys ends here too: about 2 ms of the event
 OFFLOAD = 1 << 20
 STREAM_HIGH = 8 << 20
 STREAM_LOW = 2 << 20
-REPLICA_RETRY_DELAY = 1.0
-NOT_A_PRIMARY = (
-    "ERR kvd keeps no replication stream: it serves a snapshot only, to a client that sends REPLCONF rdb-only 1 "
-    "first (redis-cli --rdb does)"
-)
 
 
 @command(
@@ -64,7 +61,7 @@ NOT_A_PRIMARY = (
     f"{ADMIN} {LOADING}",
     group="server",
     since="3.0.0",
-    summary="An internal command for configuring the replication stream (kvd: rdb-only snapshots).",
+    summary="An internal command for configuring the replication stream.",
     usage="option value [option value ...]",
 )
 def replconf(c: Client, argv: list[Any]) -> None:
@@ -73,7 +70,7 @@ def replconf(c: Client, argv: list[Any]) -> None:
     for i in range(1, len(argv), 2):
         option, value = lower(argv[i]), argv[i + 1]
         if option == b"listening-port":
-            parse_int(value)
+            c.sync_listening_port = parse_int(value)
         elif option == b"ip-address":
             if len(value) >= 46:  # NET_HOST_STR_LEN
                 raise CommandError(
@@ -81,8 +78,14 @@ def replconf(c: Client, argv: list[Any]) -> None:
                 )
         elif option == b"capa":
             pass  # capabilities this server does not use are ignored, as Redis ignores unknown ones
-        elif option in (b"ack", b"getack"):
-            return  # from a replica, or to one: kvd has neither, and Redis answers neither
+        elif option == b"ack":
+            # A replica's report of what it has applied (once a second, or after GETACK): never answered.
+            if c.replica is not None:
+                with contextlib.suppress(CommandError):
+                    c.server.replication.ack(c.replica, parse_int(value))
+            return
+        elif option == b"getack":
+            return  # for a replica, from its primary: kvd is none, and Redis answers nothing either
         elif option == b"rdb-only":
             flag = parse_int(value)
             if flag not in (0, 1):
@@ -105,7 +108,7 @@ def replconf(c: Client, argv: list[Any]) -> None:
     f"{ADMIN} {NO_MULTI}",
     group="server",
     since="1.0.0",
-    summary="Sends an RDB snapshot of the keyspace to a client that asked for it alone (REPLCONF rdb-only 1).",
+    summary="Internal command used for replication: a snapshot of the keyspace as an RDB file, then the stream.",
     complexity="O(N) in the keys and bytes stored",
     waits=True,
 )
@@ -119,7 +122,7 @@ def sync(c: Client, argv: list[Any]) -> Any:
     f"{ADMIN} {NO_MULTI}",
     group="server",
     since="2.8.0",
-    summary="SYNC for clients that speak PSYNC: a full resynchronisation, always.",
+    summary="Internal command used for replication: a full resynchronisation, always (kvd keeps no backlog).",
     usage="replicationid offset",
     complexity="O(N) in the keys and bytes stored",
     waits=True,
@@ -132,34 +135,29 @@ def psync(c: Client, argv: list[Any]) -> Any:
 
 
 def _start(c: Client, psync: bool) -> Any:
+    if c.replica is not None:
+        return None  # a replica already: Redis ignores it, without a reply
     if c.pending_output():
         raise CommandError("ERR SYNC and PSYNC are invalid with pending output")
-    if not c.sync_rdb_only:
-        return _refuse_replica()
+    replica = None if c.sync_rdb_only else c.server.attach_replica(c)  # before the snapshot, in the same step
     started = time.perf_counter()
     snap = c.keyspace.snapshot() if c.sync_keys else Snapshot.empty()
     c.server.stats.sync_full += 1
     log.info(
-        "client %s (id=%d) asks for a snapshot: %d keys, taken in %.0f ms",
+        "%s %s (id=%d) asks for a snapshot: %d keys, taken in %.0f ms",
+        "client" if replica is None else "replica",
         c.addr,
         c.id,
         len(snap),
         (time.perf_counter() - started) * 1000,
     )
     if psync:
-        c.reply.raw(b"+FULLRESYNC %s 0\r\n" % c.server.run_id.encode())
-    return _stream(c, snap)
+        c.reply.raw(b"+FULLRESYNC %s %d\r\n" % (c.server.run_id.encode(), c.server.replication.offset))
+    return _stream(c, snap, replica)
 
 
-async def _refuse_replica() -> None:
-    # A Redis replica retries a refused PSYNC and SYNC at once, for ever: answered a second late, it asks about
-    # once a second instead of hundreds of times.
-    await asyncio.sleep(REPLICA_RETRY_DELAY)
-    raise CommandError(NOT_A_PRIMARY)
-
-
-async def _stream(c: Client, snap: Snapshot) -> None:
-    """Write ``$<size>\\r\\n`` and the RDB file of ``snap``, then close."""
+async def _stream(c: Client, snap: Snapshot, replica: Replica | None) -> None:
+    """Write ``$<size>\\r\\n`` and the RDB file of ``snap``; then close, or for a replica start its stream."""
     loop = asyncio.get_running_loop()
     c.limit_output(STREAM_HIGH, STREAM_LOW)
     sent = 0
@@ -210,8 +208,13 @@ async def _stream(c: Client, snap: Snapshot) -> None:
             log.error("snapshot for client %s (id=%d) came to %d bytes, not %d: closing", c.addr, c.id, sent, total)
             c.kill()
             return
-        log.info("snapshot sent to client %s (id=%d): %d bytes", c.addr, c.id, total)
-        c.close_after_reply = True  # Redis closes an rdb-only replica's connection once the file is sent
+        log.info("snapshot sent to %s (id=%d): %d bytes", c.addr, c.id, total)
+        if replica is None:
+            c.close_after_reply = True  # Redis closes an rdb-only replica's connection once the file is sent
+            return
+        c.flush_replies()
+        c.limit_output()  # the stream is never paused for the replica (the hard limit drops it instead)
+        c.server.replication.online(replica)
     except Exception:
         log.exception("snapshot for client %s (id=%d) failed after %d bytes: closing", c.addr, c.id, sent)
         c.kill()  # a truncated file, never a wrong one: redis-cli reports the I/O error

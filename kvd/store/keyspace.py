@@ -43,6 +43,7 @@ from .snapshot import Snapshot
 if TYPE_CHECKING:
     from kvd.notify import KeyspaceEvents
     from kvd.persist import Location, RecoveredKeys, SegmentLog
+    from kvd.replication import ReplicationFeed
     from kvd.tracking import Tracking
 
 log = logging.getLogger("kvd.keyspace")
@@ -116,6 +117,9 @@ class Keyspace:
         # with CLIENT NO-TOUCH on runs a command (``reading_without_touch``). A bound method kept here costs a
         # GET less than the attribute chain it replaces.
         self._touch: Callable[[Entry], None] = self.ram.hot.move_to_end
+        # Replication (kvd/replication.py), None while no replica is attached: told of every change, as the
+        # command that makes it (Redis's propagate).
+        self.feed: ReplicationFeed | None = None
 
     # -- sizes -----------------------------------------------------------------------------------------------
 
@@ -321,6 +325,8 @@ class Keyspace:
             self.expiry.schedule(key, expire_at)
         if self.tracking is not None:
             self.tracking.invalidate(key)
+        if self.feed is not None:
+            self.feed.set(key, value, expire_at)
         if ram.budget and ram.used > ram.budget and not moving:
             self._evict()
 
@@ -395,6 +401,8 @@ class Keyspace:
             self._changed(key)
         if self.tracking is not None:
             self.tracking.invalidate(key)
+        if self.feed is not None:
+            self.feed.expire(key, expire_at)
         if self.log is not None:
             self.log.append_expire(key, expire_at)
         if entry.expire_at and not expire_at:
@@ -413,6 +421,8 @@ class Keyspace:
                 self._changed(key)
         if self.tracking is not None:
             self.tracking.flush()
+        if self.feed is not None:
+            self.feed.flush()
         if self.log is not None:
             self.log.append_flush()
         self._entries.clear()
@@ -545,6 +555,8 @@ class Keyspace:
             self._changed(key)
         if self.tracking is not None:
             self.tracking.invalidate(key)
+        if self.feed is not None:
+            self.feed.delete(key)
         self.ram.release(entry)
         self.ram.drop_key(key)
         self.scan.remove(entry)

@@ -134,35 +134,6 @@ def test_replconf_answers_as_redis_does(server):
         assert raw.read_replies(2) == [b"+PONG\r\n", b"-ERR SYNC and PSYNC are invalid with pending output\r\n"]
 
 
-@pytest.mark.kvd_only  # Redis starts replicating to such a client
-def test_a_replica_s_sync_is_refused_with_what_kvd_serves(server):
-    with server.raw() as raw:
-        reply = raw.command("SYNC")
-        assert reply.startswith(b"-ERR kvd keeps no replication stream") and b"REPLCONF rdb-only 1" in reply
-        assert raw.command("PSYNC", "?", "-1").startswith(b"-ERR kvd keeps no replication stream")
-        assert raw.command("PING") == b"+PONG\r\n"
-
-
-@pytest.mark.kvd_only
-def test_a_redis_replica_pointed_at_kvd_is_told_why_about_once_a_second(server, tmp_path: Path):
-    """A real redis-server with --replicaof kvd: its log says what kvd serves, and its retries (it asks again at
-    once) reach kvd about once a second, not hundreds of times."""
-    c = server.client()
-    before = c.info("stats")["total_connections_received"]
-    replica = ServerProcess(tmp_path / "replica", kind="redis")
-    replica.start()
-    try:
-        assert replica.client().replicaof(server.host, server.port)
-        time.sleep(4)
-        log = replica.stderr_text()
-        connections = c.info("stats")["total_connections_received"] - before
-    finally:
-        replica.stop()
-    assert "kvd keeps no replication stream" in log, log[-2000:]
-    assert 1 <= connections <= 6, connections
-    assert c.info("stats")["sync_full"] == 0
-
-
 @pytest.mark.kvd_only  # the replication id and offset are Redis's own
 def test_psync_answers_a_full_resync_then_the_file(server):
     c = server.client()

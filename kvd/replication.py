@@ -1,0 +1,240 @@
+"""The primary's side of Redis replication: each change to the keyspace, sent to every replica as the command
+that makes it, so a Redis server started with ``--replicaof`` (or sent REPLICAOF) keeps a live copy of kvd.
+
+A replica connects with ``PSYNC``; kvd answers ``+FULLRESYNC <replid> <offset>``, streams a snapshot as an RDB file
+(``kvd/commands/sync.py``) and then this stream. kvd keeps no backlog, so a replica that reconnects is sent a
+new snapshot (a full resync, which Redis's PSYNC allows the primary to choose at any time).
+
+What the stream carries. Not the commands clients sent but their effects, as the keyspace makes them
+(``Keyspace.feed``): ``SET key value [PXAT ms]`` for every new value (an INCR, APPEND or SETBIT sends the whole
+new value; the KV-cache chunks kvd stores are written whole anyway), ``DEL`` for a key deleted, expired or
+evicted, ``PEXPIREAT`` or ``PERSIST`` for a deadline, ``FLUSHALL``. Deadlines are absolute, as Redis 7 propagates
+them, so a replica that applies a change late still expires the key when the primary does. Effects are idempotent:
+applying one the snapshot already holds changes nothing.
+
+Atomicity. The effects of one event-loop step (one or more commands that ran without any I/O between them: an
+MSET, a RENAME, an EXEC, a pipeline read in one go) are sent as one ``MULTI``/``EXEC`` block at the start of the
+next step, so a replica never shows a state the primary could not have shown between two steps. One effect goes
+alone.
+
+Offsets and WAIT. ``offset`` counts every byte of the stream (Redis's ``master_repl_offset``). A replica reports
+what it has applied with ``REPLCONF ACK <offset>`` once a second; WAIT sends ``REPLCONF GETACK *`` so the answer
+comes at once, and counts the replicas whose acknowledged offset covers every change made before the WAIT (by
+any client: Redis counts the WAITing client's own last write, which is never later). Every 10
+seconds a ``PING`` goes down the stream, as Redis's ``repl-ping-replica-period``, so idle replicas do not time
+out.
+
+Flow control. The primary never waits for a replica: a replica's stream queues in its connection while it loads
+the snapshot or reads slowly, and a replica whose queue passes ``client-output-buffer-hard-limit`` is
+disconnected (it reconnects and resynchronises), as Redis drops a replica over its output buffer limit.
+
+Cost without replicas: none; the keyspace's ``feed`` is None until the first replica attaches and again after the
+last one leaves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kvd.connection import Client
+
+log = logging.getLogger("kvd.replication")
+
+Part = bytes | bytearray | memoryview
+PING_PERIOD = 10.0  # seconds, Redis's repl-ping-replica-period
+_LARGE = 32 << 10  # an argument this long is sent as a view of the value, not copied into the header
+_MULTI = b"*1\r\n$5\r\nMULTI\r\n"
+_EXEC = b"*1\r\n$4\r\nEXEC\r\n"
+_SELECT0 = b"*2\r\n$6\r\nSELECT\r\n$1\r\n0\r\n"
+_FLUSHALL = b"*1\r\n$8\r\nFLUSHALL\r\n"
+_PING = b"*1\r\n$4\r\nPING\r\n"
+_GETACK = b"*3\r\n$8\r\nREPLCONF\r\n$6\r\nGETACK\r\n$1\r\n*\r\n"
+
+
+class Replica:
+    """One replica's connection, from its PSYNC on."""
+
+    __slots__ = ("ack_offset", "ack_time", "client", "queued", "queued_bytes", "state")
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+        self.state = "send_bulk"  # Redis's words: the snapshot is on its way; then "online"
+        self.queued: list[Part] = []  # the stream since the snapshot, until the snapshot has been sent
+        self.queued_bytes = 0
+        self.ack_offset = 0
+        self.ack_time = time.monotonic()
+
+
+class ReplicationFeed:
+    def __init__(self, replid: str, hard_limit: int) -> None:
+        self.replid = replid
+        self.hard_limit = hard_limit  # client-output-buffer-hard-limit: a replica queueing more is dropped
+        self.offset = 0
+        self.written_offset = 0  # the stream's end after its last change (PINGs and GETACKs not counted)
+        self.replicas: list[Replica] = []
+        self._parts: list[Part] = []  # this step's effects, encoded
+        self._effects = 0
+        self._select = True  # SELECT 0 before the next effects (after a replica joins, as Redis does)
+        self._scheduled = False
+        self._last_ping = time.monotonic()
+        self._ack_waiters: list[asyncio.Future[None]] = []
+
+    # -- what the keyspace reports (Keyspace.feed) --------------------------------------------------------------
+
+    def set(self, key: bytes, value: Part, expire_at: int) -> None:
+        if expire_at:
+            self._add([b"SET", key, value, b"PXAT", b"%d" % expire_at])
+        else:
+            self._add([b"SET", key, value])
+
+    def delete(self, key: bytes) -> None:
+        self._add([b"DEL", key])
+
+    def expire(self, key: bytes, expire_at: int) -> None:
+        self._add([b"PEXPIREAT", key, b"%d" % expire_at] if expire_at else [b"PERSIST", key])
+
+    def flush(self) -> None:
+        self._parts.append(_FLUSHALL)
+        self._effects += 1
+        self._schedule()
+
+    def _add(self, args: list[Part]) -> None:
+        parts = self._parts
+        head = bytearray(b"*%d\r\n" % len(args))
+        for arg in args:
+            head += b"$%d\r\n" % len(arg)
+            if len(arg) >= _LARGE:
+                parts.append(bytes(head))
+                parts.append(memoryview(arg))  # a stored value is never changed in place: no copy needed
+                head = bytearray(b"\r\n")
+            else:
+                head += arg
+                head += b"\r\n"
+        parts.append(bytes(head))
+        self._effects += 1
+        self._schedule()
+
+    def _schedule(self) -> None:
+        if not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self.flush_now)
+
+    # -- sending ------------------------------------------------------------------------------------------------
+
+    def flush_now(self) -> None:
+        """Send the effects gathered so far, one MULTI/EXEC block if there are several."""
+        self._scheduled = False
+        if not self._parts:
+            return
+        parts, self._parts = self._parts, []
+        if self._effects > 1:
+            parts = [_MULTI, *parts, _EXEC]
+        self._effects = 0
+        self._send(parts)
+        self.written_offset = self.offset
+
+    def _send(self, parts: list[Part]) -> None:
+        if self._select:
+            parts = [_SELECT0, *parts]
+            self._select = False
+        nbytes = sum(len(p) for p in parts)
+        self.offset += nbytes
+        for replica in list(self.replicas):
+            if replica.state == "online":
+                replica.client.send_stream(parts, self.hard_limit)
+            else:
+                replica.queued.extend(parts)
+                replica.queued_bytes += nbytes
+                if replica.queued_bytes > self.hard_limit:
+                    log.warning(
+                        "dropping replica %s: %d bytes of stream queued while its snapshot is sent is over "
+                        "client-output-buffer-hard-limit",
+                        replica.client.addr,
+                        replica.queued_bytes,
+                    )
+                    replica.client.kill()
+
+    def tick(self, now: float) -> None:
+        """The server's background tick: a PING down the stream every ``PING_PERIOD`` seconds."""
+        if now - self._last_ping >= PING_PERIOD:
+            self._last_ping = now
+            self.flush_now()
+            self._send([_PING])
+
+    # -- replicas -----------------------------------------------------------------------------------------------
+
+    def attach(self, client: Client) -> Replica:
+        """A replica from this point of the stream on: what was changed before is in the snapshot it is about
+        to be sent, what changes after is queued for it."""
+        self.flush_now()  # changes made before the snapshot go to the others, not to this one
+        replica = Replica(client)
+        self.replicas.append(replica)
+        self._select = True
+        return replica
+
+    def online(self, replica: Replica) -> None:
+        """Its snapshot is sent: the stream queued meanwhile follows, and from now on goes out as it comes."""
+        if replica not in self.replicas:
+            return
+        replica.state = "online"
+        queued, replica.queued, replica.queued_bytes = replica.queued, [], 0
+        if queued:
+            replica.client.send_stream(queued, self.hard_limit)
+
+    def detach(self, client: Client) -> bool:
+        """The replica's connection closed. True when it was the last one."""
+        self.replicas = [r for r in self.replicas if r.client is not client]
+        self._wake_ack_waiters()
+        return not self.replicas
+
+    def ack(self, replica: Replica, offset: int) -> None:
+        if offset > replica.ack_offset:
+            replica.ack_offset = offset
+        replica.ack_time = time.monotonic()
+        self._wake_ack_waiters()
+
+    def acked(self, offset: int) -> int:
+        """How many replicas have applied the stream up to ``offset``."""
+        return sum(1 for r in self.replicas if r.state == "online" and r.ack_offset >= offset)
+
+    async def wait_acks(self, client: Client, numreplicas: int, timeout_ms: int) -> int:
+        """WAIT: until ``numreplicas`` replicas acknowledge every change made before it, or the timeout."""
+        self.flush_now()
+        target = self.written_offset
+        deadline = time.monotonic() + timeout_ms / 1000 if timeout_ms else None
+        if self.replicas and self.acked(target) < numreplicas:
+            self._send([_GETACK])  # ask for acknowledgements now rather than at the next second
+        while self.acked(target) < numreplicas:
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._ack_waiters.append(waiter)
+            left = 0 if deadline is None else max(1, round((deadline - time.monotonic()) * 1000))
+            if not await client.block(waiter, left):
+                break
+        return self.acked(target)
+
+    def _wake_ack_waiters(self) -> None:
+        waiters, self._ack_waiters = self._ack_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def info(self) -> list[tuple[str, Any]]:
+        """INFO replication's slaveN lines."""
+        now = time.monotonic()
+        return [
+            (
+                f"slave{i}",
+                f"ip={_host(r.client.addr)},port={r.client.sync_listening_port},state="
+                f"{'online' if r.state == 'online' else 'send_bulk'},offset={r.ack_offset},"
+                f"lag={int(now - r.ack_time)}",
+            )
+            for i, r in enumerate(self.replicas)
+        ]
+
+
+def _host(addr: str) -> str:
+    return addr.rsplit(":", 1)[0].strip("[]")

@@ -1,0 +1,246 @@
+"""Replication to a real redis-server: ``REPLICAOF`` kvd, then every kind of change kvd makes reaches the replica,
+WAIT counts it, INFO, ROLE and CLIENT LIST show it, and a replica that goes away is dropped and resynchronised.
+
+The tests without ``kvd_only`` pass with redis-server as the primary too (``KVD_TEST_TARGET=redis``)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import redis
+from support.server import ServerProcess
+from support.tools import find_tool
+from test_rdb_snapshot import fill
+
+pytestmark = [pytest.mark.compat, pytest.mark.timeout(180)]
+
+MiB = 1 << 20
+
+
+@pytest.fixture
+def replica(tmp_path: Path):
+    find_tool("redis-server")
+    srv = ServerProcess(tmp_path / "replica", kind="redis")
+    srv.start()
+    yield srv
+    if srv.running:
+        srv.stop(expect_code=None)
+
+
+def follow(replica: ServerProcess, primary) -> None:
+    """REPLICAOF the primary, and wait until the link is up."""
+    r = replica.client()
+    assert r.replicaof(primary.host, primary.port)
+    deadline = time.monotonic() + 30
+    while r.info("replication").get("master_link_status") != "up":
+        assert time.monotonic() < deadline, replica.stderr_text()[-3000:]
+        time.sleep(0.05)
+
+
+def same(primary, replica) -> None:
+    """Every key of the primary is on the replica with the same value and deadline, and no other key."""
+    assert primary.execute_command("WAIT", 1, 10_000) == 1
+    keys = set(primary.keys("*"))
+    assert set(replica.keys("*")) == keys
+    for key in keys:
+        assert replica.get(key) == primary.get(key), key
+        mine, theirs = primary.pttl(key), replica.pttl(key)
+        assert (mine == -1) == (theirs == -1) and abs(mine - theirs) < 2000, (key, mine, theirs)
+
+
+def test_every_kind_of_change_reaches_a_redis_replica(server, replica):
+    p = server.client()
+    fill(p)
+    follow(replica, server)
+    r = replica.client()
+    same(p, r)
+    p.set("s", "v")
+    p.set("ex", "v", ex=500)
+    p.set("px-short", "v", px=150)
+    p.incr("counter")
+    p.incrby("counter", 41)
+    p.incrbyfloat("float", 1.5)
+    p.append("s", "-appended")
+    p.setrange("s", 1, "X")
+    p.setbit("bits", 77, 1)
+    p.mset({"m1": "a", "m2": "b", "m3": "c"})
+    p.rename("m1", "renamed")
+    p.copy("m2", "copied")
+    p.delete("m3", "small:1")
+    p.getdel("small:2")
+    p.getex("small:3", ex=700)
+    p.expire("small:4", 900)
+    p.persist("ttl")
+    p.set("big", os.urandom(5 * MiB))
+    with p.pipeline(transaction=True) as tx:
+        tx.set("tx1", "1").incr("tx1").delete("small:5").execute()
+    time.sleep(0.3)
+    assert p.get("px-short") is None  # expired on the primary: its DEL reaches the replica
+    same(p, r)
+    p.flushall()
+    p.set("after-flush", "1")
+    same(p, r)
+    assert r.dbsize() == 1
+
+
+def test_writes_during_the_first_sync_reach_the_replica(server, replica):
+    """A writer keeps changing keys while the replica loads 40 MiB: what changed after the snapshot arrives
+    after it, in order."""
+    p = server.client()
+    for i in range(40):
+        p.set(b"chunk:%d" % i, os.urandom(MiB))
+    stop = threading.Event()
+
+    def writer() -> None:
+        w = server.client()
+        n = 0
+        deadline = time.monotonic() + 20
+        while not stop.is_set() and time.monotonic() < deadline and n < 20_000:
+            w.set(b"chunk:%d" % (n % 40), b"v%d" % n)
+            w.incr("writes")
+            if n % 7 == 0:
+                w.delete(b"chunk:%d" % ((n * 3) % 40))
+            n += 1
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        follow(replica, server)
+        time.sleep(0.3)
+    finally:
+        stop.set()
+        thread.join()
+    same(p, replica.client())
+    assert int(p.get("writes")) > 0
+
+
+def test_info_role_client_list_and_wait_see_the_replica(server, replica):
+    p = server.client()
+    p.set("k", "v")
+    follow(replica, server)
+    assert p.execute_command("WAIT", 1, 10_000) == 1
+    info = p.info("replication")
+    assert info["role"] == "master" and info["connected_slaves"] == 1
+    assert info["slave0"]["state"] == "online" and info["slave0"]["port"] == replica.port
+    assert info["slave0"]["offset"] <= info["master_repl_offset"]
+    role = p.execute_command("ROLE")
+    assert (role[0] == b"master" and role[1] == info["master_repl_offset"]) or role[1] > 0
+    assert [(ip, int(port)) for ip, port, _ in role[2]] == [(b"127.0.0.1", replica.port)]
+    assert any(c["flags"] == "S" for c in p.client_list())
+    started = time.monotonic()
+    assert p.execute_command("WAIT", 2, 300) == 1  # two asked for, one there: the timeout, then the count
+    assert time.monotonic() - started >= 0.25
+    assert p.execute_command("WAIT", 0, 0) == 1
+    listed = p.execute_command("CLIENT", "LIST", "TYPE", "replica").decode().splitlines()
+    assert len(listed) == 1 and " flags=S " in listed[0]
+    assert p.execute_command("CLIENT", "LIST", "TYPE", "slave").decode().splitlines() == listed
+    normal = p.execute_command("CLIENT", "LIST", "TYPE", "normal").decode().splitlines()
+    assert normal and all(" flags=S " not in line for line in normal)
+    with pytest.raises(redis.ResponseError, match="^Unknown client type 'primary'$"):
+        p.execute_command("CLIENT", "LIST", "TYPE", "primary")
+    assert p.execute_command("CLIENT", "KILL", "TYPE", "replica") == 1
+    follow(replica, server)  # it reconnects by itself: a new full resynchronisation
+    same(p, replica.client())
+
+
+def test_a_replica_that_goes_away_is_dropped_and_resynchronised_when_back(server, replica):
+    p = server.client()
+    p.set("before", "1")
+    follow(replica, server)
+    assert p.execute_command("WAIT", 1, 10_000) == 1
+    replica.kill9()
+    deadline = time.monotonic() + 10
+    while p.info("replication")["connected_slaves"]:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    p.set("while-away", "2")
+    replica.start()
+    follow(replica, server)
+    same(p, replica.client())
+
+
+@pytest.mark.kvd_only  # Redis has its own limits for replicas (client-output-buffer-limit replica)
+def test_a_replica_that_stops_reading_is_dropped_at_the_hard_limit_and_catches_up(server, replica):
+    p = server.client()
+    follow(replica, server)
+    p.config_set("client-output-buffer-soft-limit", 4 * MiB)
+    p.config_set("client-output-buffer-hard-limit", 8 * MiB)
+    os.kill(replica.pid, signal.SIGSTOP)
+    try:
+        for i in range(24):
+            p.set(b"chunk:%d" % i, os.urandom(MiB))
+        deadline = time.monotonic() + 10
+        while p.info("replication")["connected_slaves"]:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert p.info("stats")["client_output_buffer_limit_disconnections"] >= 1
+    finally:
+        os.kill(replica.pid, signal.SIGCONT)
+    deadline = time.monotonic() + 30
+    while p.info("replication")["connected_slaves"] != 1:  # it reconnects by itself and resynchronises
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    same(p, replica.client())
+    assert "dropping replica" in server.stderr_text()
+
+
+@pytest.mark.kvd_only  # Redis's snapshot has no cold values to read back from disk
+def test_a_replica_gets_values_that_live_only_on_disk(server_factory, replica):
+    srv = server_factory("--persistence", "yes", "--maxmemory", "4mb", "--segment-size", "4mb")
+    p = srv.client()
+    for i in range(24):
+        p.set(b"chunk:%d" % i, os.urandom(MiB))
+    assert p.info("kvd")["disk_only_keys"] >= 16  # most values are read back from the segments for the snapshot
+    follow(replica, srv)
+    same(p, replica.client())
+    for i in range(0, 24, 3):
+        p.set(b"chunk:%d" % i, os.urandom(MiB))
+    same(p, replica.client())
+
+
+@pytest.mark.kvd_only  # Redis propagates the commands themselves; kvd their effects
+def test_the_stream_carries_effects_one_step_at_a_time(server):
+    """What a replica reads after the snapshot: SELECT 0 first, a lone change alone, the changes of one event-loop
+    step (an MSET, a RENAME) in one MULTI/EXEC, deadlines as absolute PXAT / PEXPIREAT, an expiry as DEL."""
+    from support.raw import parse
+
+    p = server.client()
+    with server.raw(timeout=30) as raw:
+        assert raw.command("REPLCONF", "listening-port", "1") == b"+OK\r\n"
+        raw.send_command("PSYNC", "?", "-1")
+        assert raw.recv_until(b"\r\n").startswith(b"+FULLRESYNC ")
+        raw.recv_exact(int(raw.recv_until(b"\r\n")[1:-2]))
+
+        def next_command() -> list[bytes]:
+            return parse(raw.read_reply())
+
+        p.set("a", "1")
+        assert next_command() == [b"SELECT", b"0"]
+        assert next_command() == [b"SET", b"a", b"1"]
+        p.mset({"b": "2", "c": "3"})
+        assert [next_command() for _ in range(4)] == [[b"MULTI"], [b"SET", b"b", b"2"], [b"SET", b"c", b"3"], [b"EXEC"]]
+        p.rename("b", "d")
+        assert [next_command() for _ in range(4)] == [[b"MULTI"], [b"SET", b"d", b"2"], [b"DEL", b"b"], [b"EXEC"]]
+        before = int(time.time() * 1000)
+        p.set("e", "5", px=100)
+        command = next_command()
+        assert command[:4] == [b"SET", b"e", b"5", b"PXAT"] and before + 100 <= int(command[4]) <= before + 2100
+        p.expire("a", 100)
+        command = next_command()
+        assert command[:2] == [b"PEXPIREAT", b"a"] and int(command[2]) >= before + 100_000
+        p.persist("a")
+        assert next_command() == [b"PERSIST", b"a"]
+        time.sleep(0.2)
+        assert p.get("e") is None
+        assert next_command() == [b"DEL", b"e"]
+        p.incr("n")
+        assert next_command() == [b"SET", b"n", b"1"]
+        p.flushall()
+        assert next_command() == [b"FLUSHALL"]
+        raw.send_command("REPLCONF", "ACK", "0")  # a replica's report: never answered
+        assert p.info("replication")["connected_slaves"] == 1
