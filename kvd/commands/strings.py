@@ -310,10 +310,17 @@ def mset(c: Client, argv: list[Any]) -> None:
     if len(argv) % 2 == 0:
         raise CommandError(errors.wrong_arity("mset"))
     pairs = [(bytes(argv[i]), argv[i + 1]) for i in range(1, len(argv), 2)]
-    c.keyspace.set_many(pairs)
-    for key, _ in pairs:
-        notify(c.keyspace, STRING, b"set", key)
+    _set_all(c, pairs)
     c.reply.ok()
+
+
+def _set_all(c: Client, pairs: list[tuple[bytes, Any]]) -> None:
+    """MSET's and MSETNX's writes: all of them, or none when they do not all fit (``Keyspace.check_room``)."""
+    ks = c.keyspace
+    ks.check_room(pairs)
+    for key, value in pairs:
+        ks.set(key, value, room_checked=True)
+        notify(ks, STRING, b"set", key)  # after each key, as Redis: new k1, set k1, new k2, set k2
 
 
 @command(
@@ -333,9 +340,7 @@ def msetnx(c: Client, argv: list[Any]) -> None:
     if any(c.keyspace.lookup(k) is not None for k in keys):
         c.reply.integer(0)
         return
-    c.keyspace.set_many([(key, argv[i]) for i, key in zip(range(2, len(argv), 2), keys, strict=True)])
-    for key in keys:
-        notify(c.keyspace, STRING, b"set", key)
+    _set_all(c, [(key, argv[i]) for i, key in zip(range(2, len(argv), 2), keys, strict=True)])
     c.reply.integer(1)
 
 

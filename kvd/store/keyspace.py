@@ -288,7 +288,7 @@ class Keyspace:
     ) -> None:
         """Store ``value`` (kept by reference: callers hand over ownership and never mutate it). ``moving`` is
         for ``rename``: the value is about to leave its old key, so it is neither refused nor a reason to evict.
-        ``room_checked``: ``set_many`` has checked the room for it under ``noeviction`` already."""
+        ``room_checked``: ``check_room`` has checked the room for it under ``noeviction`` already."""
         if self.policy == "noeviction" and not moving and not room_checked:
             self._check_room(len(value) + (0 if key in self._entries else self.ram.key_charge(key)))
         seg_log = self.log
@@ -330,16 +330,14 @@ class Keyspace:
         if ram.budget and ram.used > ram.budget and not moving:
             self._evict()
 
-    def set_many(self, pairs: list[tuple[bytes, Value]]) -> None:
-        """MSET's writes: all of them or, under ``noeviction`` without room for all, none (``OutOfMemory``).
-        Redis refuses the whole command before it runs; checking key by key would leave the first ones
-        written."""
+    def check_room(self, pairs: list[tuple[bytes, Value]]) -> None:
+        """Before MSET's writes, which then ``set`` with ``room_checked``: under ``noeviction``, ``OutOfMemory``
+        unless all of them fit. Redis refuses the whole command before it runs; checking key by key would leave
+        the first ones written."""
         if self.policy == "noeviction":
             entries = self._entries
             key_charge = self.ram.key_charge
             self._check_room(sum(len(v) + (0 if k in entries else key_charge(k)) for k, v in pairs))
-        for key, value in pairs:
-            self.set(key, value, room_checked=True)
 
     def unshare(self, key: bytes) -> None:
         """Redis's ``dbUnshareStringValue`` for a write that changes no byte (SETBIT of a bit that is already so):
