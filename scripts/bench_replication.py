@@ -1,0 +1,128 @@
+#!/usr/bin/env python
+"""What a replica costs its primary, kvd against redis-server, in one run:
+
+    .venv/bin/python scripts/bench_replication.py            # about 2 minutes
+
+For each primary (Debian's redis-server, kvd; persistence off on both) it measures writes without a replica and
+with one attached (a redis-server started with ``--replicaof``), and reports each figure with a replica as a
+ratio to the same primary without one, and kvd against Redis:
+
+* small writes: ``redis-benchmark -t set -d 64 -P 16 -c 50 -r 100000`` (requests per second);
+* large writes: SET of 1 MiB values from one redis-py client for a fixed time (GB/s);
+* the replica's lag at the end: how long ``WAIT 1 10000`` took after the last write.
+
+Every load loop is bounded in time and count; every server is stopped at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import redis
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_server import Server, _wait_ready, ensure_redis, free_port, start_kvd, start_redis  # scripts/ on path
+
+MiB = 1 << 20
+
+
+def start_replica(workdir: Path, primary: Server) -> Server:
+    port = free_port()
+    d = workdir / f"replica-{port}"
+    d.mkdir(parents=True)
+    cmd = [ensure_redis(), "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+    cmd += ["--dir", str(d), "--replicaof", "127.0.0.1", str(primary.port), "--logfile", str(d / "redis.log")]
+    log = d / "stdout.log"
+    with open(log, "wb") as f:
+        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT)
+    srv = Server(f"replica-{port}", "redis", port, proc, log)
+    _wait_ready(srv)
+    r = redis.Redis(port=port)
+    deadline = time.monotonic() + 60
+    while r.info("replication").get("master_link_status") != "up":
+        if time.monotonic() > deadline:
+            raise RuntimeError("the replica did not come up")
+        time.sleep(0.05)
+    return srv
+
+
+def small_writes(port: int, seconds: float) -> float:
+    n = int(seconds * 400_000)  # bounded in count as in time: redis-benchmark stops at -n
+    out = subprocess.run(
+        ["redis-benchmark", "-p", str(port), "-t", "set", "-d", "64", "-P", "16", "-c", "50", "-r", "100000",
+         "-n", str(n), "-q"],
+        capture_output=True, text=True, timeout=seconds * 20 + 60,
+    )  # fmt: skip
+    found = re.findall(r"SET: ([\d.]+) requests per second", out.stdout)
+    if not found:
+        raise RuntimeError(f"redis-benchmark: {out.stdout[-500:]} {out.stderr[-500:]}")
+    return float(found[-1])
+
+
+def large_writes(port: int, seconds: float, replicated: bool) -> tuple[float, float]:
+    c = redis.Redis(port=port)
+    value = bytes(range(256)) * (MiB // 256)
+    done = 0
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds and done < 100_000:
+        c.set(b"chunk:%d" % (done % 256), value)
+        done += 1
+    elapsed = time.perf_counter() - start
+    t = time.perf_counter()
+    if replicated:
+        c.execute_command("WAIT", 1, 10_000)
+    return done * MiB / elapsed / 1e9, (time.perf_counter() - t) * 1000 if replicated else 0.0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=float, default=4.0, help="per measurement")
+    args = ap.parse_args()
+    workdir = Path(tempfile.mkdtemp(prefix="kvd-bench-repl-"))
+    results: dict[tuple[str, bool], tuple[float, float, float]] = {}
+    try:
+        for kind in ("redis", "kvd"):
+            for with_replica in (False, True):
+                name = f"{kind}-{'replica' if with_replica else 'alone'}"
+                if kind == "redis":
+                    primary = start_redis(name, "off", workdir)
+                else:
+                    primary = start_kvd(name, "uvloop", "off", workdir)
+                replica = start_replica(workdir, primary) if with_replica else None
+                try:
+                    ops = small_writes(primary.port, args.seconds)
+                    gbps, lag = large_writes(primary.port, args.seconds, replica is not None)
+                finally:
+                    if replica is not None:
+                        replica.stop()
+                    primary.stop()
+                results[(kind, with_replica)] = (ops, gbps, lag)
+                print(f"{name}: {ops:.0f} SET/s (-P 16), {gbps:.2f} GB/s (1 MiB SETs), WAIT after {lag:.1f} ms",
+                      flush=True)  # fmt: skip
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    print()
+    print(
+        "| primary | replica | SET -d 64 -P 16 req/s | with / without | SET 1 MiB GB/s | with / without | WAIT 1 "
+        "after the last write, ms |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for (kind, with_replica), (ops, gbps, lag) in results.items():
+        base = results[(kind, False)]
+        print(f"| {kind} | {'yes' if with_replica else 'no'} | {ops:.0f} | "
+              f"{ops / base[0]:.2f}x | {gbps:.2f} | {gbps / base[1]:.2f}x | {lag:.1f} |")  # fmt: skip
+    for with_replica in (False, True):
+        k, r = results[("kvd", with_replica)], results[("redis", with_replica)]
+        print(f"kvd / redis {'with' if with_replica else 'without'} a replica: small {k[0] / r[0]:.2f}x, "
+              f"1 MiB {k[1] / r[1]:.2f}x")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
