@@ -244,3 +244,24 @@ def test_the_stream_carries_effects_one_step_at_a_time(server):
         assert next_command() == [b"FLUSHALL"]
         raw.send_command("REPLCONF", "ACK", "0")  # a replica's report: never answered
         assert p.info("replication")["connected_slaves"] == 1
+
+
+@pytest.mark.parametrize("seed", [11, 12])
+def test_random_requests_leave_the_replica_equal_to_the_primary(server, replica, seed):
+    """The differential test's grammar (every string, key, expiry and bitmap command, MULTI/EXEC, errors), sent
+    in pipelines of 1-30 requests so that one event-loop step often makes several changes; every few batches
+    the replica must hold exactly the primary's keys, values and deadlines."""
+    from support.raw import encode
+    from test_differential import Grammar
+
+    follow(replica, server)
+    grammar = Grammar(seed)
+    p, r = server.client(), replica.client()
+    with server.raw(timeout=30) as raw:
+        for batch in range(60):
+            requests = [grammar.request() for _ in range(grammar.rng.randint(1, 30))]
+            raw.send(b"".join(encode(*request) for request in requests))
+            raw.read_replies(len(requests), timeout=30)
+            if batch % 15 == 14:
+                same(p, r)
+    same(p, r)
