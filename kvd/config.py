@@ -239,6 +239,22 @@ class Settings:
         low=0,
         runtime=True,
     )
+    # Replication
+    repl_backlog_size: int = _key(
+        "size",
+        64 << 20,
+        "recent replication stream kept, so a replica that reconnects gets only what it missed (0 = none)",
+        "Replication",
+        runtime=True,
+    )
+    repl_backlog_ttl: int = _key(
+        "int",
+        3600,
+        "seconds the backlog is kept after the last replica left (0 = for ever)",
+        "Replication",
+        low=0,
+        runtime=True,
+    )
     # Diagnostics
     slowlog_log_slower_than: int = _key(
         "int",

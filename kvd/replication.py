@@ -2,8 +2,13 @@
 that makes it, so a Redis server started with ``--replicaof`` (or sent REPLICAOF) keeps a live copy of kvd.
 
 A replica connects with ``PSYNC``; kvd answers ``+FULLRESYNC <replid> <offset>``, streams a snapshot as an RDB file
-(``kvd/commands/sync.py``) and then this stream. kvd keeps no backlog, so a replica that reconnects is sent a
-new snapshot (a full resync, which Redis's PSYNC allows the primary to choose at any time).
+(``kvd/commands/sync.py``) and then this stream. The last ``repl-backlog-size`` bytes of the stream are kept (the
+backlog), so a replica that reconnects after a cut asks ``PSYNC <replid> <its offset + 1>`` and gets
+``+CONTINUE`` and only what it missed; one that missed more than the backlog holds, or whose replid is another
+server's (a kvd restart makes a new one), gets a new snapshot. The backlog holds the parts as they were sent:
+values as views of the stored objects, so 64 MiB of backlog costs the memory of values overwritten since, not a
+copy of each. It starts with the first replica and is dropped ``repl-backlog-ttl`` seconds after the last one
+left; while it exists the keyspace reports every change, replicas or not, as Redis feeds its backlog.
 
 What the stream carries. Not the commands clients sent but their effects, as the keyspace makes them
 (``Keyspace.feed``): ``SET key value [PXAT ms]`` for every new value (an INCR, APPEND or SETBIT sends the whole
@@ -28,8 +33,8 @@ Flow control. The primary never waits for a replica: a replica's stream queues i
 the snapshot or reads slowly, and a replica whose queue passes ``client-output-buffer-hard-limit`` is
 disconnected (it reconnects and resynchronises), as Redis drops a replica over its output buffer limit.
 
-Cost without replicas: none; the keyspace's ``feed`` is None until the first replica attaches and again after the
-last one leaves.
+Cost without replicas: none; the keyspace's ``feed`` is None until the first replica attaches, and again once the
+last one has left and its backlog has expired.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -70,9 +76,18 @@ class Replica:
 
 
 class ReplicationFeed:
-    def __init__(self, replid: str, hard_limit: int) -> None:
+    def __init__(self, replid: str, hard_limit: int, backlog_size: int, backlog_ttl: int) -> None:
         self.replid = replid
         self.hard_limit = hard_limit  # client-output-buffer-hard-limit: a replica queueing more is dropped
+        self.backlog_size = backlog_size  # repl-backlog-size; 0 = no backlog, every resync is full
+        self.backlog_ttl = backlog_ttl  # repl-backlog-ttl
+        self.backlog_active = False
+        self.backlog_start = 0  # the stream offset of the backlog's first byte
+        self._backlog: deque[Part] = deque()
+        self._backlog_bytes = 0
+        self._alone_since = 0.0  # when the last replica left (monotonic)
+        self.sync_partial_ok = 0
+        self.sync_partial_err = 0
         self.offset = 0
         self.written_offset = 0  # the stream's end after its last change (PINGs and GETACKs not counted)
         self.replicas: list[Replica] = []
@@ -143,6 +158,8 @@ class ReplicationFeed:
             self._select = False
         nbytes = sum(len(p) for p in parts)
         self.offset += nbytes
+        if self.backlog_active:
+            self._remember(parts, nbytes)
         for replica in list(self.replicas):
             if replica.state == "online":
                 replica.client.send_stream(parts, self.hard_limit)
@@ -159,11 +176,68 @@ class ReplicationFeed:
                     replica.client.kill()
 
     def tick(self, now: float) -> None:
-        """The server's background tick: a PING down the stream every ``PING_PERIOD`` seconds."""
-        if now - self._last_ping >= PING_PERIOD:
+        """The server's background tick: a PING down the stream every ``PING_PERIOD`` seconds while replicas
+        listen; the backlog dropped ``repl-backlog-ttl`` seconds after the last one left."""
+        if self.replicas and now - self._last_ping >= PING_PERIOD:
             self._last_ping = now
             self.flush_now()
             self._send([_PING])
+        elif self.backlog_active and not self.replicas and 0 < self.backlog_ttl <= now - self._alone_since:
+            log.info("replication backlog dropped: no replica for %d seconds", self.backlog_ttl)
+            self._drop_backlog()
+
+    @property
+    def needed(self) -> bool:
+        """Whether the keyspace must report its changes: to replicas, or to the backlog."""
+        return bool(self.replicas) or self.backlog_active
+
+    # -- the backlog --------------------------------------------------------------------------------------------
+
+    def _remember(self, parts: list[Part], nbytes: int) -> None:
+        backlog = self._backlog
+        backlog.extend(parts)
+        self._backlog_bytes += nbytes
+        size = self.backlog_size
+        while backlog and self._backlog_bytes - len(backlog[0]) >= size:
+            first = backlog.popleft()
+            self._backlog_bytes -= len(first)
+            self.backlog_start += len(first)
+        if not size:
+            self._drop_backlog()
+
+    def _drop_backlog(self) -> None:
+        self.backlog_active = False
+        self._backlog.clear()
+        self._backlog_bytes = 0
+        self.backlog_start = self.offset
+
+    def can_continue(self, replid: bytes, next_offset: int) -> bool:
+        """PSYNC ``replid`` ``next_offset``: whether the backlog holds the stream from that byte on (Redis's
+        offsets count from 1: ``next_offset`` is one past the last byte the replica applied). The caller has
+        flushed the changes gathered so far."""
+        missing_from = next_offset - 1
+        return (
+            replid == self.replid.encode() and self.backlog_active and self.backlog_start <= missing_from <= self.offset
+        )
+
+    def resume(self, client: Client, next_offset: int) -> Replica:
+        """A partial resynchronisation: the backlog from ``next_offset`` on, then the stream as it comes. The
+        caller has already sent ``+CONTINUE``."""
+        missing_from = next_offset - 1
+        tail: list[Part] = []
+        at = self.backlog_start
+        for part in self._backlog:
+            end = at + len(part)
+            if end > missing_from:
+                tail.append(part if at >= missing_from else memoryview(part)[missing_from - at :])
+            at = end
+        replica = Replica(client)
+        replica.state = "online"
+        replica.ack_offset = missing_from
+        self.replicas.append(replica)
+        if tail:
+            client.send_stream(tail, self.hard_limit)
+        return replica
 
     # -- replicas -----------------------------------------------------------------------------------------------
 
@@ -174,6 +248,9 @@ class ReplicationFeed:
         replica = Replica(client)
         self.replicas.append(replica)
         self._select = True
+        if not self.backlog_active and self.backlog_size:
+            self.backlog_active = True
+            self.backlog_start = self.offset
         return replica
 
     def online(self, replica: Replica) -> None:
@@ -186,10 +263,12 @@ class ReplicationFeed:
             replica.client.send_stream(queued, self.hard_limit)
 
     def detach(self, client: Client) -> bool:
-        """The replica's connection closed. True when it was the last one."""
+        """The replica's connection closed. True when the keyspace need not report changes any more."""
         self.replicas = [r for r in self.replicas if r.client is not client]
+        if not self.replicas:
+            self._alone_since = time.monotonic()
         self._wake_ack_waiters()
-        return not self.replicas
+        return not self.needed
 
     def ack(self, replica: Replica, offset: int) -> None:
         if offset > replica.ack_offset:
@@ -221,6 +300,15 @@ class ReplicationFeed:
         for waiter in waiters:
             if not waiter.done():
                 waiter.set_result(None)
+
+    def backlog_info(self) -> list[tuple[str, Any]]:
+        """INFO replication's backlog lines (Redis counts offsets from 1)."""
+        return [
+            ("repl_backlog_active", int(self.backlog_active)),
+            ("repl_backlog_size", self.backlog_size),
+            ("repl_backlog_first_byte_offset", self.backlog_start + 1 if self.backlog_active else 0),
+            ("repl_backlog_histlen", self._backlog_bytes),
+        ]
 
     def info(self) -> list[tuple[str, Any]]:
         """INFO replication's slaveN lines."""

@@ -62,7 +62,9 @@ class Server:
         self._pause_timer: asyncio.TimerHandle | None = None
         self.run_id = os.urandom(20).hex()
         # The stream to replicas (kvd/replication.py); the keyspace reports to it only while one is attached.
-        self.replication = ReplicationFeed(self.run_id, settings.client_output_buffer_hard_limit)
+        self.replication = ReplicationFeed(
+            self.run_id, settings.client_output_buffer_hard_limit, settings.repl_backlog_size, settings.repl_backlog_ttl
+        )
         self.bound_port = settings.port
         self.loop_name = "asyncio"
         self._next_id = 0
@@ -100,9 +102,16 @@ class Server:
         log.info("replica %s (id=%d) attached", client.addr, client.id)
         return client.replica
 
+    def resume_replica(self, client: Client, next_offset: int) -> Replica:
+        """``client`` continues from the backlog (PSYNC's +CONTINUE)."""
+        self.keyspace.feed = self.replication
+        client.replica = self.replication.resume(client, next_offset)
+        log.info("replica %s (id=%d) continues from offset %d", client.addr, client.id, next_offset)
+        return client.replica
+
     def detach_replica(self, client: Client) -> None:
         if self.replication.detach(client):
-            self.keyspace.feed = None  # the last one: changes cost nothing more
+            self.keyspace.feed = None  # no replica and no backlog: changes cost nothing more
         log.info("replica %s (id=%d) detached", client.addr, client.id)
 
     def unregister(self, client: Client) -> None:
@@ -128,7 +137,9 @@ class Server:
         if self.tracking is not None:
             self.tracking.max_keys = new.tracking_table_max_keys
         self.latency.threshold_ms = new.latency_monitor_threshold
-        self.replication.hard_limit = new.client_output_buffer_hard_limit
+        feed = self.replication
+        feed.hard_limit = new.client_output_buffer_hard_limit
+        feed.backlog_size, feed.backlog_ttl = new.repl_backlog_size, new.repl_backlog_ttl
         self.watch_ns = _watch_ns(new)
         if ks.log is not None and new.appendfsync != old.appendfsync:
             ks.log.set_appendfsync(new.appendfsync)
@@ -260,6 +271,8 @@ class Server:
                 self.latency.add("expire-cycle", now - started)
                 if self.keyspace.feed is not None:
                     self.replication.tick(now)
+                    if not self.replication.needed:
+                        self.keyspace.feed = None
                 st = self.stats
                 st.ops_per_sec.sample(now, st.commands_processed(), st.net_input_bytes, st.net_output_bytes)
                 if self.settings.timeout and now - last_idle_check >= 1.0:

@@ -297,8 +297,8 @@ def _stats(s: Server) -> list[tuple[str, object]]:
         ("total_writes_processed", st.writes_processed),
         ("rejected_connections", st.rejected_connections),
         ("sync_full", st.sync_full),
-        ("sync_partial_ok", 0),
-        ("sync_partial_err", 0),
+        ("sync_partial_ok", s.replication.sync_partial_ok),
+        ("sync_partial_err", s.replication.sync_partial_err),
         ("expired_keys", ks.expired_keys),
         ("evicted_keys", ks.evicted_keys),
         ("keyspace_hits", ks.keyspace_hits),
@@ -325,7 +325,7 @@ def _replication(s: Server) -> list[tuple[str, object]]:
         ("master_failover_state", "no-failover"),
         ("master_replid", s.run_id),
         ("master_repl_offset", feed.offset),
-        ("repl_backlog_active", 0),
+        *feed.backlog_info(),
     ]
 
 

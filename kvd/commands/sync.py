@@ -5,8 +5,9 @@ loads into any Redis (and back into kvd with ``kvd-load-rdb``). It sends ``REPLC
 rdb-only 1`` and ``SYNC``, and reads ``$<length>\\r\\n`` and the file. kvd answers exactly that: it takes a
 snapshot (``kvd/store/snapshot.py``: one pass over the keys, the only pause), announces the file's exact size,
 then streams it (``kvd/persist/rdb.py``) while every other client is served, and closes the connection at the
-end, as Redis closes an rdb-only replica's. ``PSYNC`` gets ``+FULLRESYNC <replid> <offset>`` first: kvd keeps
-no backlog to continue a replica from, so every PSYNC is a full resynchronisation.
+end, as Redis closes an rdb-only replica's. A replica's ``PSYNC <replid> <offset>`` that the backlog can serve
+gets ``+CONTINUE`` and the stream it missed (``kvd/replication.py``); any other gets ``+FULLRESYNC <replid>
+<offset>``, then the snapshot.
 
 A SYNC or PSYNC without ``rdb-only`` is a replica's (a Redis server's after REPLICAOF, or ``redis-cli --replica``):
 it is attached to the replication stream (``kvd/replication.py``) in the same event-loop step as its snapshot is
@@ -122,7 +123,7 @@ def sync(c: Client, argv: list[Any]) -> Any:
     f"{ADMIN} {NO_MULTI}",
     group="server",
     since="2.8.0",
-    summary="Internal command used for replication: a full resynchronisation, always (kvd keeps no backlog).",
+    summary="Internal command used for replication: continues from the backlog, or a full resynchronisation.",
     usage="replicationid offset",
     complexity="O(N) in the keys and bytes stored",
     waits=True,
@@ -130,7 +131,18 @@ def sync(c: Client, argv: list[Any]) -> Any:
 def psync(c: Client, argv: list[Any]) -> Any:
     if len(argv) > 3 and lower(argv[3]) == b"failover":
         raise CommandError("ERR PSYNC FAILOVER can't be sent to a master.")
-    parse_int(argv[2])
+    next_offset = parse_int(argv[2])
+    if c.replica is None and not c.pending_output() and not c.sync_rdb_only:
+        feed = c.server.replication
+        feed.flush_now()  # the changes so far are in the backlog before it is read
+        if feed.can_continue(bytes(argv[1]), next_offset):
+            c.reply.raw(b"+CONTINUE %s\r\n" % feed.replid.encode())
+            c.flush_replies()  # ahead of the backlog, which goes straight to the transport
+            c.server.resume_replica(c, next_offset)
+            feed.sync_partial_ok += 1
+            return None
+        if bytes(argv[1]) != b"?":
+            feed.sync_partial_err += 1  # it asked to continue and could not: a full resync follows
     return _start(c, psync=True)
 
 

@@ -265,3 +265,66 @@ def test_random_requests_leave_the_replica_equal_to_the_primary(server, replica,
             if batch % 15 == 14:
                 same(p, r)
     same(p, r)
+
+
+def reconnect_after(primary, replica: ServerProcess, change) -> None:
+    """Cut the replica's link while it is stopped, make ``change`` meanwhile, let it reconnect, wait until it is
+    back in step."""
+    os.kill(replica.pid, signal.SIGSTOP)
+    try:
+        assert primary.execute_command("CLIENT", "KILL", "TYPE", "replica") == 1
+        change()
+    finally:
+        os.kill(replica.pid, signal.SIGCONT)
+    deadline = time.monotonic() + 30
+    while primary.info("replication")["connected_slaves"] != 1:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+
+def test_a_replica_that_reconnects_continues_from_the_backlog(server, replica):
+    p = server.client()
+    p.set("before", "1")
+    follow(replica, server)
+    same(p, replica.client())
+    reconnect_after(p, replica, lambda: p.mset({"during": "2", "before": "changed"}) and p.delete("absent"))
+    same(p, replica.client())
+    stats = p.info("stats")
+    # The first PSYNC was refused too: a server made a replica asks to continue its own history (its replid and
+    # offset, Redis's replicationCacheMasterUsingMyself), which no primary can.
+    assert (stats["sync_full"], stats["sync_partial_ok"], stats["sync_partial_err"]) == (1, 1, 1)
+    info = p.info("replication")
+    assert info["repl_backlog_active"] == 1 and info["repl_backlog_histlen"] > 0
+    assert info["repl_backlog_first_byte_offset"] <= info["master_repl_offset"]
+    assert "partial resynchronization" in replica.stderr_text().lower()
+
+
+def test_a_replica_that_missed_more_than_the_backlog_gets_a_new_snapshot(server, replica):
+    p = server.client()
+    p.config_set("repl-backlog-size", 64 * 1024)
+    follow(replica, server)
+    values = {b"chunk:%d" % i: os.urandom(256 * 1024) for i in range(4)}
+    reconnect_after(p, replica, lambda: p.mset(values))
+    same(p, replica.client())
+    stats = p.info("stats")
+    assert (stats["sync_full"], stats["sync_partial_ok"], stats["sync_partial_err"]) == (2, 0, 2)
+
+
+def test_the_backlog_outlives_the_last_replica_for_its_ttl_only(server, replica):
+    p = server.client()
+    follow(replica, server)
+    p.config_set("repl-backlog-ttl", 1)
+    assert replica.client().replicaof("no", "one")  # the replica leaves for good
+    deadline = time.monotonic() + 10
+    while p.info("replication")["connected_slaves"]:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    before = p.info("replication")["master_repl_offset"]
+    p.set("k", "v")  # while the backlog lives, changes still feed it
+    assert p.info("replication")["master_repl_offset"] > before
+    while p.info("replication")["repl_backlog_active"]:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    before = p.info("replication")["master_repl_offset"]
+    p.set("k", "w")  # no replica, no backlog: nothing is recorded any more
+    assert p.info("replication")["master_repl_offset"] == before

@@ -383,6 +383,8 @@ def test_runtime_keys() -> None:
         "client-query-buffer-limit",
         "client-output-buffer-soft-limit",
         "client-output-buffer-hard-limit",
+        "repl-backlog-size",
+        "repl-backlog-ttl",
         "loglevel",
         "max-disk",
         "compaction-dead-ratio",
