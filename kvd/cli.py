@@ -131,10 +131,14 @@ async def _serve(settings: Settings) -> int:
             print(f"kvd: dir: {exc}", file=sys.stderr)
             return 2
     keyspace = Keyspace(maxmemory=settings.maxmemory, policy=settings.maxmemory_policy, seg_log=seg_log)
+    identity = None
     if seg_log is not None:
+        from kvd.replication import take_identity
+
         keyspace.restore(recovered)
         seg_log.start(asyncio.get_running_loop(), keyspace)
-    server = Server(settings, keyspace, report)
+        identity = take_identity(settings.dir)  # a clean shutdown's replication id: replicas continue
+    server = Server(settings, keyspace, report, identity)
     try:
         await server.start()
     except OSError as exc:

@@ -4,11 +4,12 @@ that makes it, so a Redis server started with ``--replicaof`` (or sent REPLICAOF
 A replica connects with ``PSYNC``; kvd answers ``+FULLRESYNC <replid> <offset>``, streams a snapshot as an RDB file
 (``kvd/commands/sync.py``) and then this stream. The last ``repl-backlog-size`` bytes of the stream are kept (the
 backlog), so a replica that reconnects after a cut asks ``PSYNC <replid> <its offset + 1>`` and gets
-``+CONTINUE`` and only what it missed; one that missed more than the backlog holds, or whose replid is another
-server's (a kvd restart makes a new one), gets a new snapshot. The backlog holds the parts as they were sent:
-values as views of the stored objects, so 64 MiB of backlog costs the memory of values overwritten since, not a
-copy of each. It starts with the first replica and is dropped ``repl-backlog-ttl`` seconds after the last one
-left; while it exists the keyspace reports every change, replicas or not, as Redis feeds its backlog.
+``+CONTINUE`` and only what it missed; one that missed more than the backlog holds, or that followed another
+history (after a crash kvd starts a new one: ``take_identity``), gets a new snapshot. The backlog holds the parts
+as they were sent, values as views of the stored objects, so 64 MiB of backlog costs the memory of values
+overwritten since, not a copy of each. It starts with the first replica and is dropped ``repl-backlog-ttl``
+seconds after the last one left; while it exists the keyspace reports every change, replicas or not, as Redis
+feeds its backlog.
 
 What the stream carries. Not the commands clients sent but their effects, as the keyspace makes them
 (``Keyspace.feed``): ``SET key value [PXAT ms]`` for every new value (an INCR, APPEND or SETBIT sends the whole
@@ -25,9 +26,8 @@ alone.
 Offsets and WAIT. ``offset`` counts every byte of the stream (Redis's ``master_repl_offset``). A replica reports
 what it has applied with ``REPLCONF ACK <offset>`` once a second; WAIT sends ``REPLCONF GETACK *`` so the answer
 comes at once, and counts the replicas whose acknowledged offset covers every change made before the WAIT (by
-any client: Redis counts the WAITing client's own last write, which is never later). Every 10
-seconds a ``PING`` goes down the stream, as Redis's ``repl-ping-replica-period``, so idle replicas do not time
-out.
+any client: Redis counts the WAITing client's own last write, which is never later). Every 10 seconds a
+``PING`` goes down the stream, as Redis's ``repl-ping-replica-period``, so idle replicas do not time out.
 
 Flow control. The primary never waits for a replica: a replica's stream queues in its connection while it loads
 the snapshot or reads slowly, and a replica whose queue passes ``client-output-buffer-hard-limit`` is
@@ -40,9 +40,13 @@ last one has left and its backlog has expired.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
+import re
 import time
 from collections import deque
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -52,6 +56,7 @@ log = logging.getLogger("kvd.replication")
 
 Part = bytes | bytearray | memoryview
 PING_PERIOD = 10.0  # seconds, Redis's repl-ping-replica-period
+IDENTITY_FILE = "replication.id"  # in the segment directory: the replid and offset a clean shutdown left
 _LARGE = 32 << 10  # an argument this long is sent as a view of the value, not copied into the header
 _MULTI = b"*1\r\n$5\r\nMULTI\r\n"
 _EXEC = b"*1\r\n$4\r\nEXEC\r\n"
@@ -185,6 +190,15 @@ class ReplicationFeed:
         elif self.backlog_active and not self.replicas and 0 < self.backlog_ttl <= now - self._alone_since:
             log.info("replication backlog dropped: no replica for %d seconds", self.backlog_ttl)
             self._drop_backlog()
+
+    def continue_history(self, offset: int) -> None:
+        """After a clean restart (``take_identity``): the stream goes on from ``offset`` under the same replid,
+        with an empty backlog, so replicas that had all of it continue without a snapshot."""
+        self.offset = self.written_offset = offset
+        if self.backlog_size:
+            self.backlog_active = True
+            self.backlog_start = offset
+            self._alone_since = time.monotonic()
 
     @property
     def needed(self) -> bool:
@@ -326,3 +340,48 @@ class ReplicationFeed:
 
 def _host(addr: str) -> str:
     return addr.rsplit(":", 1)[0].strip("[]")
+
+
+# -- the replication id across a clean restart ----------------------------------------------------------------
+
+
+def save_identity(directory: str | os.PathLike[str], replid: str, offset: int) -> None:
+    """At a clean shutdown, once the log is flushed and fsynced: the stream's id and end. The keyspace on disk is
+    then exactly the state at ``offset``, so the next start may go on with the same history (as Redis keeps its
+    replid in the RDB file it saves at shutdown). Written beside, fsynced, renamed."""
+    path = Path(directory) / IDENTITY_FILE
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(f"{replid} {offset}\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    _fsync_directory(path.parent)
+
+
+def take_identity(directory: str | os.PathLike[str]) -> tuple[str, int] | None:
+    """At start-up, after recovery: the id a clean shutdown left, removed at once, so that a crash later in this
+    run (whose recovered keyspace may lack the last writes replicas have) can never reuse it. None if there is
+    none, or it is not one (then a new id, and full resynchronisations)."""
+    path = Path(directory) / IDENTITY_FILE
+    try:
+        text = path.read_text()
+    except (FileNotFoundError, UnicodeDecodeError):
+        return None
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+    _fsync_directory(path.parent)
+    found = re.fullmatch(r"([0-9a-f]{40}) (\d+)\n", text)
+    if found is None:
+        log.warning("ignoring %s: not a replication id and offset", path)
+        return None
+    return found.group(1), int(found.group(2))
+
+
+def _fsync_directory(directory: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)

@@ -24,7 +24,7 @@ from kvd.latency import LatencyMonitor
 from kvd.notify import KEYEVENT, KEYSPACE, KeyspaceEvents, parse_flags
 from kvd.persist.saves import Saves
 from kvd.pubsub import PubSub
-from kvd.replication import Replica, ReplicationFeed
+from kvd.replication import Replica, ReplicationFeed, save_identity
 from kvd.slowlog import SlowLog
 from kvd.stats import ServerStats, render_info
 from kvd.tracking import Tracking
@@ -39,7 +39,13 @@ SHUTDOWN_GRACE_SECONDS = 10.0
 
 
 class Server:
-    def __init__(self, settings: Settings, keyspace: Keyspace, recovery: RecoveryReport | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        keyspace: Keyspace,
+        recovery: RecoveryReport | None = None,
+        replication_identity: tuple[str, int] | None = None,
+    ) -> None:
         self.settings = settings
         self.keyspace = keyspace
         self.recovery = recovery
@@ -62,9 +68,16 @@ class Server:
         self._pause_timer: asyncio.TimerHandle | None = None
         self.run_id = os.urandom(20).hex()
         # The stream to replicas (kvd/replication.py); the keyspace reports to it only while one is attached.
+        # The replication id is this run's unless a clean shutdown left one for the same keyspace (replication.py).
         self.replication = ReplicationFeed(
-            self.run_id, settings.client_output_buffer_hard_limit, settings.repl_backlog_size, settings.repl_backlog_ttl
+            replication_identity[0] if replication_identity else self.run_id,
+            settings.client_output_buffer_hard_limit,
+            settings.repl_backlog_size,
+            settings.repl_backlog_ttl,
         )
+        if replication_identity is not None:
+            self.replication.continue_history(replication_identity[1])
+            keyspace.feed = self.replication if self.replication.needed else None
         self.bound_port = settings.port
         self.loop_name = "asyncio"
         self._next_id = 0
@@ -240,6 +253,7 @@ class Server:
     async def stop(self) -> None:
         for server in self._listeners:
             server.close()
+        self.replication.flush_now()  # the last changes reach the replicas before their connections close
         if self._tick is not None:
             self._tick.cancel()
         for client in list(self.clients.values()):
@@ -256,6 +270,12 @@ class Server:
             await server.wait_closed()
         if self.keyspace.log is not None:
             await self.keyspace.log.close()
+            feed = self.replication
+            if feed.backlog_active:  # the keyspace on disk is the stream's state at its end: the next start goes on
+                try:
+                    save_identity(self.settings.dir, feed.replid, feed.offset)
+                except OSError as exc:
+                    log.warning("replication id not saved (%s): replicas will resynchronise fully", exc)
         log.info("bye: %d keys, log flushed", len(self.keyspace))
 
     async def _background(self) -> None:

@@ -323,7 +323,7 @@ def _replication(s: Server) -> list[tuple[str, object]]:
         ("connected_slaves", len(feed.replicas)),
         *feed.info(),
         ("master_failover_state", "no-failover"),
-        ("master_replid", s.run_id),
+        ("master_replid", feed.replid),
         ("master_repl_offset", feed.offset),
         *feed.backlog_info(),
     ]

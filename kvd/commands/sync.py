@@ -164,7 +164,7 @@ def _start(c: Client, psync: bool) -> Any:
         (time.perf_counter() - started) * 1000,
     )
     if psync:
-        c.reply.raw(b"+FULLRESYNC %s %d\r\n" % (c.server.run_id.encode(), c.server.replication.offset))
+        c.reply.raw(b"+FULLRESYNC %s %d\r\n" % (c.server.replication.replid.encode(), c.server.replication.offset))
     return _stream(c, snap, replica)
 
 

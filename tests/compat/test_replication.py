@@ -328,3 +328,39 @@ def test_the_backlog_outlives_the_last_replica_for_its_ttl_only(server, replica)
     before = p.info("replication")["master_repl_offset"]
     p.set("k", "w")  # no replica, no backlog: nothing is recorded any more
     assert p.info("replication")["master_repl_offset"] == before
+
+
+def wait_for_replica(primary, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while primary.info("replication")["connected_slaves"] != 1:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+
+@pytest.mark.kvd_only  # kvd's segment log and its replication.id
+def test_a_clean_restart_keeps_the_history_and_a_crash_does_not(server_factory, replica):
+    """After SHUTDOWN the keyspace on disk is the stream's state at its end: the restarted kvd keeps its
+    replication id and offset, and the replica continues without a snapshot. After kill -9 the recovered keyspace
+    may lack what the replica has, so a new id and a full resynchronisation."""
+    srv = server_factory("--persistence", "yes", "--appendfsync", "everysec")
+    p = srv.client()
+    for i in range(200):
+        p.set(b"k%d" % i, b"v%d" % i)
+    follow(replica, srv)
+    same(p, replica.client())
+    replid = p.info("replication")["master_replid"]
+    srv.restart()  # SIGTERM: a clean shutdown
+    p = srv.client()
+    assert p.info("replication")["master_replid"] == replid
+    p.set("after-restart", "1")
+    wait_for_replica(p)
+    same(p, replica.client())
+    stats = p.info("stats")
+    assert (stats["sync_full"], stats["sync_partial_ok"]) == (0, 1)
+    srv.kill9()
+    srv.restart()
+    p = srv.client()
+    assert p.info("replication")["master_replid"] != replid
+    wait_for_replica(p)
+    same(p, replica.client())
+    assert p.info("stats")["sync_full"] == 1
