@@ -17,7 +17,9 @@ length alone, and a stream can announce its exact size before it has read a sing
 Version 9 (Redis 5.0 to 6.2) is written, not 7.0's 10 or 7.2's 11: strings, deadlines and these opcodes did
 not change since, and Redis loads every version up to its own, so 9 is what the most Redis versions load.
 The reader takes 1 to 11 and skips what only tunes a key (LRU idle time, LFU counter); any type other than a
-string, functions and module data are refused with the type's name, since kvd stores strings only.
+string, functions and module data are refused with the type's name, since kvd stores strings only, unless it is
+told to pass keys of other types over (lists, sets, sorted sets, hashes and streams of every encoding), counting
+them by type.
 
 Complexity: writing is O(size of the file) with one CRC pass (C, ``_dump.c``; about 1.4 GB/s). Reading is one
 pass holding one value at a time.
@@ -25,6 +27,7 @@ pass holding one value at a time.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from typing import BinaryIO
 
@@ -97,8 +100,10 @@ class RdbReader:
     (a Redis primary drops them on load). The checksum is verified at the end when the file carries one; an
     error raises ``RdbError`` after the keys read so far were returned, so a caller may have written them."""
 
-    def __init__(self, stream: BinaryIO) -> None:
+    def __init__(self, stream: BinaryIO, skip_other_types: bool = False) -> None:
         self._f = stream
+        self.skip_other_types = skip_other_types  # keys of other types are passed over and counted in ``skipped``
+        self.skipped: Counter[str] = Counter()
         self._crc = 0
         self.offset = 0
         self.version = 0
@@ -150,7 +155,12 @@ class RdbReader:
                 kind = _TYPES.get(op)
                 if kind is None:
                     raise RdbError(f"unknown opcode {op:#04x} at byte {at}: the file is damaged")
-                raise RdbError(f"the key at byte {at} is a {kind}; kvd stores strings only")
+                if not self.skip_other_types or kind == "module":
+                    raise RdbError(f"the key at byte {at} is a {kind}; kvd stores strings only")
+                self._string()  # the key
+                self._skip_value(op)
+                self.skipped[kind] += 1
+                expire_at = 0
 
     def _read(self, n: int) -> bytes:
         data = self._f.read(n)
@@ -190,6 +200,52 @@ class RdbReader:
             except (ValueError, PayloadError):
                 raise RdbError(f"a compressed string at byte {at} does not decompress: the file is damaged") from None
         raise RdbError(f"unknown string encoding {n} at byte {self.offset - 1}")
+
+    def _skip_value(self, op: int) -> None:
+        """Read past a value of another type than string, by its encoding in rdb.c (``rdbLoadObject``)."""
+        if op in (1, 2, 14):  # list, set: strings; quicklist: ziplists
+            for _ in range(self._length()):
+                self._string()
+        elif op == 3:  # sorted set, version 1: member, score as text
+            for _ in range(self._length()):
+                self._string()
+                n = self._read(1)[0]
+                if n < 253:  # 253-255: nan, +inf, -inf
+                    self._read(n)
+        elif op == 4:  # hash: field, value
+            for _ in range(2 * self._length()):
+                self._string()
+        elif op == 5:  # sorted set, version 2: member, score as a binary double
+            for _ in range(self._length()):
+                self._string()
+                self._read(8)
+        elif op in (9, 10, 11, 12, 13, 16, 17, 20):  # one blob: zipmap, ziplist, intset, listpack
+            self._string()
+        elif op == 18:  # quicklist 2: container kind, blob
+            for _ in range(self._length()):
+                self._length()
+                self._string()
+        else:  # streams: 15 (5.0), 19 (7.0), 21 (7.2)
+            self._skip_stream(op)
+
+    def _skip_stream(self, op: int) -> None:
+        for _ in range(self._length()):  # listpacks: master id, listpack
+            self._string()
+            self._string()
+        for _ in range(3 if op == 15 else 8):  # length, last id; from 7.0 first id, max deleted id, entries added
+            self._length()
+        for _ in range(self._length()):  # consumer groups
+            self._string()
+            for _ in range(2 if op == 15 else 3):  # last id; from 7.0 entries read
+                self._length()
+            for _ in range(self._length()):  # pending entries: id, delivery time, delivery count
+                self._read(24)
+                self._length()
+            for _ in range(self._length()):  # consumers: name, seen time, (7.2) active time, their pending ids
+                self._string()
+                self._read(16 if op == 21 else 8)
+                for _ in range(self._length()):
+                    self._read(16)
 
     def _check_crc(self) -> None:
         if self.version < 5:  # checksums came with version 5

@@ -16,9 +16,9 @@ writes nothing; then to load it. From a pipe there is one pass, and damage found
 reported after the earlier batches were written.
 
 Exit status: 0 when every key was written; 1 when the file is damaged or not one kvd can load (another type
-than strings, several databases: the message names the byte offset), when the server refuses a write (the
-first refusal is printed, with its key: OOM, MISCONF, NOAUTH), or when it cannot be reached. Keys written
-before the error stay written, and the message says how many.
+than strings without ``--skip-other-types``, several databases: the message names the byte offset), when the
+server refuses a write (the first refusal is printed, with its key: OOM, MISCONF, NOAUTH), or when it cannot be
+reached. Keys written before the error stay written, and the message says how many.
 """
 
 from __future__ import annotations
@@ -44,17 +44,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with sys.stdin.buffer if args.file == "-" else open(args.file, "rb") as f:
             if f.seekable():  # a file, not a pipe: check it whole before the first write
-                for _ in RdbReader(f):
+                for _ in RdbReader(f, args.skip_other_types):
                     pass
                 f.seek(0)
-            loader.load(RdbReader(f))
+            reader = RdbReader(f, args.skip_other_types)
+            loader.load(reader)
     except OSError as exc:
         return _fail(f"{args.file}: {exc.strerror or exc}", loader)
     except RdbError as exc:
         return _fail(f"{args.file}: {exc}", loader)
     except redis.RedisError as exc:
         return _fail(f"{args.host}:{args.port}: {exc}", loader)
-    print(loader.summary(args.file, f"{args.host}:{args.port}"))
+    print(loader.summary(args.file, f"{args.host}:{args.port}", reader.skipped))
     return 0
 
 
@@ -113,11 +114,14 @@ class Loader:
         else:
             self.existing += 1  # SET NX answers nil for a key that exists
 
-    def summary(self, source: str, target: str) -> str:
+    def summary(self, source: str, target: str, other_types: dict[str, int] | None = None) -> str:
         text = f"loaded {self.written} keys ({self.bytes} bytes of keys and values) from {source} into {target}"
         skipped = [f"{self.expired} expired"] if self.expired else []
         if self.existing:
             skipped.append(f"{self.existing} already there (--no-replace)")
+        if other_types:
+            kinds = ", ".join(f"{n} {kind}" for kind, n in sorted(other_types.items()))
+            skipped.append(f"{sum(other_types.values())} of other types ({kinds})")
         return text + (f"; skipped {', '.join(skipped)}" if skipped else "")
 
 
@@ -139,6 +143,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--user", default=None, help="AUTH user (with --password)")
     p.add_argument("-a", "--password", default=None, help="AUTH password")
     p.add_argument("--no-replace", action="store_true", help="leave keys that exist as they are (SET NX)")
+    p.add_argument(
+        "--skip-other-types",
+        action="store_true",
+        help="pass over lists, sets, sorted sets, hashes and streams (counted) instead of stopping at the first",
+    )
     p.add_argument("--batch-bytes", type=int, default=8 << 20, help="bytes per pipelined batch (default 8 MiB)")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for a batch's replies")
     return p

@@ -146,3 +146,34 @@ def test_the_installed_command_is_there():
     exe = Path(sys.executable).with_name("kvd-load-rdb")
     r = run([str(exe), "--help"], timeout=60)
     assert r.returncode == 0 and b"usage: kvd-load-rdb" in r.stdout
+
+
+def test_keys_of_other_types_can_be_passed_over(server, redis):
+    """A Redis dataset of every type and encoding 7.0 writes (listpack and quicklist lists, intset and hash
+    sets, listpack and skiplist sorted sets, listpack and hash-table hashes, a stream with a consumer group and
+    pending entries): with --skip-other-types the strings load and the rest is counted by type."""
+    c = redis.client()
+    c.set("s1", "one")
+    c.set("s2", "two", ex=1000)
+    c.rpush("list-small", "a", "b")
+    c.rpush("list-big", *[f"e{i}" * 20 for i in range(2000)])
+    c.sadd("set-ints", 1, 2, 3)
+    c.sadd("set-strings", *[f"m{i}" for i in range(600)])
+    c.zadd("zset-small", {"a": 1.5, "b": float("inf")})
+    c.zadd("zset-big", {f"m{i}": i / 3 for i in range(300)})
+    c.hset("hash-small", mapping={"f": "v"})
+    c.hset("hash-big", mapping={f"f{i}": "v" * 100 for i in range(600)})
+    for i in range(5):
+        c.xadd("stream", {"n": i})
+    c.xgroup_create("stream", "group", id="0")
+    c.xreadgroup("group", "consumer", {"stream": ">"}, count=3)
+    c.set("s3", "three")
+    assert c.save()
+    path = str(redis.dir / "dump.rdb")
+    r = load(server, path)
+    assert r.returncode == 1 and b"kvd stores strings only" in r.stderr
+    r = load(server, path, "--skip-other-types")
+    assert r.returncode == 0, r.stderr
+    assert b"skipped 9 of other types (2 hash, 2 list, 2 set, 1 stream, 2 zset)" in r.stdout, r.stdout
+    k = server.client()
+    assert sorted(k.keys("*")) == [b"s1", b"s2", b"s3"] and k.get("s3") == b"three" and k.ttl("s2") > 900
