@@ -6,7 +6,8 @@ Tests of kvd-only behaviour carry ``@pytest.mark.kvd_only`` and are skipped on r
 
 Fixtures: ``server`` (fresh, persistence off), ``module_server`` (one per module, for tests that only read or
 use their own keys), ``server_factory(*args, **options)`` (more or custom servers; all stopped at teardown,
-asserting a clean exit unless killed), ``tmp_dir``, ``target``.
+asserting a clean exit unless killed), ``redis_server`` (a redis-server whatever the target), ``tmp_dir``,
+``target``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from support.server import ServerFactory, ServerProcess, target
+from support.tools import find_tool
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -56,6 +58,18 @@ def server_factory(tmp_path: Path) -> Iterator[Callable[..., ServerProcess]]:
 @pytest.fixture
 def server(server_factory: Callable[..., ServerProcess]) -> ServerProcess:
     return server_factory()
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[ServerProcess]:
+    """A Debian redis-server of the test's own, whatever ``KVD_TEST_TARGET`` says: a replica to follow the server
+    under test, or the maker of an RDB file."""
+    find_tool("redis-server")
+    srv = ServerProcess(tmp_path / "redis", kind="redis")
+    srv.start()
+    yield srv
+    if srv.running:
+        srv.stop(expect_code=None)
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from support.server import ServerProcess
-from support.tools import find_tool, redis_cli, run
+from support.tools import redis_cli, run
 from test_rdb_snapshot import contents, fill
 
 from kvd.persist import rdb
@@ -26,12 +26,8 @@ def load(srv, *args: str, input: bytes | None = None):
 
 
 @pytest.fixture
-def redis(tmp_path: Path):
-    find_tool("redis-server")
-    srv = ServerProcess(tmp_path / "redis", kind="redis")
-    srv.start()
-    yield srv
-    srv.stop()
+def redis(redis_server: ServerProcess) -> ServerProcess:
+    return redis_server
 
 
 def rdb_file(entries: list[tuple[bytes, bytes, int]]) -> bytes:

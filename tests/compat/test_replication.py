@@ -9,12 +9,10 @@ import os
 import signal
 import threading
 import time
-from pathlib import Path
 
 import pytest
 import redis
 from support.server import ServerProcess
-from support.tools import find_tool
 from test_rdb_snapshot import fill
 
 pytestmark = [pytest.mark.compat, pytest.mark.timeout(180)]
@@ -23,13 +21,8 @@ MiB = 1 << 20
 
 
 @pytest.fixture
-def replica(tmp_path: Path):
-    find_tool("redis-server")
-    srv = ServerProcess(tmp_path / "replica", kind="redis")
-    srv.start()
-    yield srv
-    if srv.running:
-        srv.stop(expect_code=None)
+def replica(redis_server: ServerProcess) -> ServerProcess:
+    return redis_server
 
 
 def follow(replica: ServerProcess, primary) -> None:
