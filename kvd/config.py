@@ -256,6 +256,9 @@ class Settings:
         runtime=True,
     )
     # Diagnostics
+    acllog_max_len: int = _key(
+        "int", 128, "ACL LOG keeps this many refused authentications", "Diagnostics", low=0, runtime=True
+    )
     slowlog_log_slower_than: int = _key(
         "int",
         10000,

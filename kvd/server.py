@@ -18,6 +18,7 @@ import ssl
 import time
 from typing import TYPE_CHECKING, Any
 
+from kvd.acllog import AclLog
 from kvd.config import Settings
 from kvd.connection import Client, ReplyBatch
 from kvd.latency import LatencyMonitor
@@ -59,6 +60,7 @@ class Server:
         self.started_at = time.time()
         self.saves = Saves(keyspace.log, self.started_at)  # SAVE, BGSAVE, LASTSAVE (kvd/persist/saves.py)
         self.slowlog = SlowLog(settings.slowlog_log_slower_than, settings.slowlog_max_len)
+        self.acl_log = AclLog(settings.acllog_max_len)  # refused authentications (ACL LOG)
         self.latency = LatencyMonitor(settings.latency_monitor_threshold)
         if keyspace.log is not None:
             keyspace.log.watch_latency(self.latency.add)
@@ -147,6 +149,7 @@ class Server:
         if new.notify_keyspace_events != old.notify_keyspace_events:
             ks.events = _events(self.pubsub, new)
         self.slowlog.configure(new.slowlog_log_slower_than, new.slowlog_max_len)
+        self.acl_log.max_len = new.acllog_max_len
         if self.tracking is not None:
             self.tracking.max_keys = new.tracking_table_max_keys
         self.latency.threshold_ms = new.latency_monitor_threshold

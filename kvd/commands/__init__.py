@@ -1,6 +1,7 @@
 """Command handlers, one module per family; importing this package fills the command table."""
 
 from . import (  # noqa: F401  (registration side effects)
+    acl,
     bitmaps,
     connection,
     diagnostics,

@@ -26,6 +26,14 @@ G = "connection"
 REDIS_COMPAT_VERSION = "7.2.0"
 
 
+def _refused(c: Client, command: Any, user: bytes | None) -> None:
+    """A failed authentication: counted (INFO ``acl_access_denied_auth``), logged for ACL LOG, answered."""
+    c.server.stats.auth_failures += 1
+    context = "multi" if c.executing_transaction else "toplevel"
+    c.server.acl_log.denied_auth(context, bytes(command), user if user is not None else b"default", c.describe())
+    raise CommandError(errors.WRONGPASS)
+
+
 def check_password(c: Client, user: bytes | None, password: bytes) -> bool:
     required = c.server.settings.requirepass.encode()
     user_ok = user is None or lower(user) == b"default"
@@ -68,10 +76,9 @@ def auth(c: Client, argv: list[Any]) -> None:
     # With no password configured, "AUTH default <anything>" succeeds (Redis 6+ semantics), other users fail.
     user = bytes(argv[1]) if len(argv) == 3 else None
     if c.server.settings.requirepass and not check_password(c, user, bytes(argv[-1])):
-        c.server.stats.auth_failures += 1
-        raise CommandError(errors.WRONGPASS)
+        _refused(c, argv[0], user)
     if not c.server.settings.requirepass and user is not None and lower(user) != b"default":
-        raise CommandError(errors.WRONGPASS)
+        _refused(c, argv[0], user)
     c.set_authenticated(True)
     c.reply.ok()
 
@@ -111,10 +118,9 @@ def hello(c: Client, argv: list[Any]) -> None:
         user, password = auth_pair
         if c.server.settings.requirepass:
             if not check_password(c, user, password):
-                c.server.stats.auth_failures += 1
-                raise CommandError(errors.WRONGPASS)
+                _refused(c, argv[0], user)
         elif lower(user) != b"default":
-            raise CommandError(errors.WRONGPASS)
+            _refused(c, argv[0], user)
         c.set_authenticated(True)
     if not c.authenticated:
         raise CommandError(errors.HELLO_NOAUTH)

@@ -106,6 +106,81 @@ def command(
     return register
 
 
+# ACL categories, in Redis's order (ACL CAT, COMMAND INFO). A command's follow from its flags (read, write, fast or
+# slow, admin and dangerous) and its group (keyspace, string, bitmap, pubsub, connection, transaction), as Redis
+# sets the implicit ones, except where ``ACL_EXACT`` gives Redis's own.
+ACL_CATEGORIES = (
+    "keyspace", "read", "write", "set", "sortedset", "list", "hash", "string", "bitmap", "hyperloglog", "geo",
+    "stream", "pubsub", "admin", "fast", "slow", "blocking", "dangerous", "connection", "transaction", "scripting",
+)  # fmt: skip
+_GROUP_CATEGORY = {
+    "generic": "keyspace",
+    "string": "string",
+    "bitmap": "bitmap",
+    "pubsub": "pubsub",
+    "connection": "connection",
+    "transactions": "transaction",
+}
+# Where Redis's categories for a command are not its flags' and its group's: Redis's own, by full name
+# (tests/compat/test_acl.py compares every command's with redis-server's COMMAND INFO).
+ACL_EXACT: dict[str, tuple[str, ...]] = {
+    "append": ("write", "string", "fast"),
+    "client": ("slow",),
+    "client|getname": ("slow", "connection"),
+    "client|help": ("slow", "connection"),
+    "client|id": ("slow", "connection"),
+    "client|info": ("slow", "connection"),
+    "client|no-evict": ("admin", "slow", "dangerous", "connection"),
+    "client|setname": ("slow", "connection"),
+    "command": ("slow", "connection"),
+    "command|count": ("slow", "connection"),
+    "command|docs": ("slow", "connection"),
+    "command|getkeys": ("slow", "connection"),
+    "command|help": ("slow", "connection"),
+    "command|info": ("slow", "connection"),
+    "command|list": ("slow", "connection"),
+    "dbsize": ("keyspace", "read", "fast"),
+    "flushall": ("keyspace", "write", "slow", "dangerous"),
+    "flushdb": ("keyspace", "write", "slow", "dangerous"),
+    "info": ("slow", "dangerous"),
+    "keys": ("keyspace", "read", "slow", "dangerous"),
+    "lastsave": ("admin", "fast", "dangerous"),
+    "memory|help": ("slow",),
+    "object": ("slow",),
+    "pubsub": ("slow",),
+    "pubsub|help": ("slow",),
+    "restore": ("keyspace", "write", "slow", "dangerous"),
+    "role": ("admin", "fast", "dangerous"),
+    "sort": ("write", "set", "sortedset", "list", "slow", "dangerous"),
+    "sort_ro": ("read", "set", "sortedset", "list", "slow", "dangerous"),
+    "swapdb": ("keyspace", "write", "fast", "dangerous"),
+    "wait": ("slow", "connection"),
+    # Redis 7.2's, for what 7.0 does not have
+    "waitaof": ("slow", "connection"),
+    "client|no-touch": ("slow", "connection"),
+    "client|setinfo": ("slow", "connection"),
+}
+
+
+def acl_categories(cmd: Command, parent: Command | None = None) -> list[str]:
+    """The command's ACL categories, without the @, in Redis's order."""
+    exact = ACL_EXACT.get(f"{parent.name}|{cmd.name}" if parent is not None else cmd.name)
+    if exact is not None:
+        return list(exact)
+    found = set()
+    group = _GROUP_CATEGORY.get(cmd.group)
+    if group is not None:
+        found.add(group)
+    if READONLY in cmd.flags:
+        found.add("read")
+    if WRITE in cmd.flags:
+        found.add("write")
+    found.add("fast" if FAST in cmd.flags else "slow")
+    if ADMIN in cmd.flags:
+        found.update(("admin", "dangerous"))
+    return [name for name in ACL_CATEGORIES if name in found]
+
+
 def command_keys(cmd: Command, argv: list[Any]) -> list[bytes]:
     """The key arguments of ``argv`` by the command's (first, last, step): COMMAND GETKEYS, and the keys a
     tracking client's read-only command makes kvd remember (kvd/tracking.py)."""

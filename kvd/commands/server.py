@@ -28,6 +28,7 @@ from .registry import (
     NO_MULTI,
     NOAUTH,
     Command,
+    acl_categories,
     command,
     command_keys,
     run_subcommand,
@@ -385,8 +386,10 @@ def _command_info(c: Client, cmd: Command, parent: Command | None = None) -> Non
     r.integer(cmd.first_key)
     r.integer(cmd.last_key)
     r.integer(cmd.step)
-    r.set(1)
-    r.simple(f"@{cmd.group}")
+    categories = acl_categories(cmd, parent)
+    r.set(len(categories))
+    for category in categories:
+        r.simple(f"@{category}")
     r.array(0)  # tips
     r.array(0)  # key specs
     subs = sorted(cmd.subcommands.values(), key=lambda s: s.name)
@@ -419,7 +422,8 @@ def command_list(c: Client, argv: list[Any]) -> None:
         if kind == b"pattern":
             names = [n for n in names if glob_match(value, n.encode(), nocase=True)]
         elif kind == b"aclcat":
-            names = [n for n in names if COMMANDS[n.encode()].group == value.decode().lstrip("@")]
+            category = value.decode("utf-8", "replace").lstrip("@").lower()
+            names = [n for n in names if category in acl_categories(COMMANDS[n.encode()])]
         elif kind == b"module":
             names = []
         else:
