@@ -65,18 +65,20 @@ def acl_getuser(c: Client, argv: list[Any]) -> None:
         c.reply.null()
         return
     digest = _password_digest(c)
-    c.reply.value(
-        Pairs(
-            [
-                ("flags", [b"on"] if digest else [b"on", b"nopass"]),
-                ("passwords", [digest] if digest else []),
-                ("commands", b"+@all"),
-                ("keys", b"~*"),
-                ("channels", b"&*"),
-                ("selectors", []),
-            ]
-        )
-    )
+    r = c.reply
+    r.map(6)
+    r.bulk(b"flags")
+    flags = [b"on"] if digest else [b"on", b"nopass"]
+    r.set(len(flags))  # a set in RESP3, as Redis sends it
+    for flag in flags:
+        r.bulk(flag)
+    r.bulk(b"passwords")
+    r.bulk_array([digest] if digest else [])
+    for name, rule in ((b"commands", b"+@all"), (b"keys", b"~*"), (b"channels", b"&*")):
+        r.bulk(name)
+        r.bulk(rule)
+    r.bulk(b"selectors")
+    r.array(0)
 
 
 @command("cat", -2, LOADING, group=G, since="6.0.0", parent="acl",
@@ -125,13 +127,16 @@ def acl_dryrun(c: Client, argv: list[Any]) -> None:
     user = bytes(argv[2])
     if user != DEFAULT:
         raise CommandError(f"ERR User '{user.decode('utf-8', 'replace')}' not found")
-    name = lower(argv[3])
-    cmd = COMMANDS.get(name)
-    if cmd is None:
-        raise CommandError(f"ERR Command '{bytes(argv[3]).decode('utf-8', 'replace')}' not found")
     args = argv[3:]
+    cmd = COMMANDS.get(lower(args[0]))
+    full = cmd.name if cmd is not None else ""
+    if cmd is not None and cmd.subcommands and len(args) > 1:  # Redis's lookupCommand: CONFIG GET, not CONFIG
+        sub = cmd.subcommands.get(lower(args[1]).decode("utf-8", "replace"))
+        full, cmd = f"{cmd.name}|{sub.name}" if sub is not None else "", sub
+    if cmd is None:
+        raise CommandError(f"ERR Command '{bytes(args[0]).decode('utf-8', 'replace')}' not found")
     if (cmd.arity > 0 and len(args) != cmd.arity) or len(args) < -cmd.arity:
-        raise CommandError(errors.wrong_arity(cmd.name))
+        raise CommandError(errors.wrong_arity(full))
     c.reply.ok()  # default may run every command
 
 
