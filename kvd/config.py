@@ -247,6 +247,9 @@ class Settings:
         "Replication",
         runtime=True,
     )
+    repl_ping_replica_period: int = _key(
+        "int", 10, "seconds between the PINGs sent down the replication stream", "Replication", low=1, runtime=True
+    )
     repl_backlog_ttl: int = _key(
         "int",
         3600,

@@ -26,8 +26,8 @@ alone.
 Offsets and WAIT. ``offset`` counts every byte of the stream (Redis's ``master_repl_offset``). A replica reports
 what it has applied with ``REPLCONF ACK <offset>`` once a second; WAIT sends ``REPLCONF GETACK *`` so the answer
 comes at once, and counts the replicas whose acknowledged offset covers every change made before the WAIT (by
-any client: Redis counts the WAITing client's own last write, which is never later). Every 10 seconds a
-``PING`` goes down the stream, as Redis's ``repl-ping-replica-period``, so idle replicas do not time out.
+any client: Redis counts the WAITing client's own last write, which is never later). Every
+``repl-ping-replica-period`` seconds (10) a ``PING`` goes down the stream, so idle replicas do not time out.
 
 Flow control. The primary never waits for a replica: a replica's stream queues in its connection while it loads
 the snapshot or reads slowly, and a replica whose queue passes ``client-output-buffer-hard-limit`` is
@@ -55,7 +55,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("kvd.replication")
 
 Part = bytes | bytearray | memoryview
-PING_PERIOD = 10.0  # seconds, Redis's repl-ping-replica-period
 IDENTITY_FILE = "replication.id"  # in the segment directory: the replid and offset a clean shutdown left
 _LARGE = 32 << 10  # an argument this long is sent as a view of the value, not copied into the header
 _MULTI = b"*1\r\n$5\r\nMULTI\r\n"
@@ -81,8 +80,9 @@ class Replica:
 
 
 class ReplicationFeed:
-    def __init__(self, replid: str, hard_limit: int, backlog_size: int, backlog_ttl: int) -> None:
+    def __init__(self, replid: str, hard_limit: int, backlog_size: int, backlog_ttl: int, ping_period: int) -> None:
         self.replid = replid
+        self.ping_period = ping_period  # repl-ping-replica-period, seconds
         self.hard_limit = hard_limit  # client-output-buffer-hard-limit: a replica queueing more is dropped
         self.backlog_size = backlog_size  # repl-backlog-size; 0 = no backlog, every resync is full
         self.backlog_ttl = backlog_ttl  # repl-backlog-ttl
@@ -181,9 +181,9 @@ class ReplicationFeed:
                     replica.client.kill()
 
     def tick(self, now: float) -> None:
-        """The server's background tick: a PING down the stream every ``PING_PERIOD`` seconds while replicas
-        listen; the backlog dropped ``repl-backlog-ttl`` seconds after the last one left."""
-        if self.replicas and now - self._last_ping >= PING_PERIOD:
+        """The server's background tick: a PING down the stream every ``repl-ping-replica-period`` seconds while
+        replicas listen; the backlog dropped ``repl-backlog-ttl`` seconds after the last one left."""
+        if self.replicas and now - self._last_ping >= self.ping_period:
             self._last_ping = now
             self.flush_now()
             self._send([_PING])

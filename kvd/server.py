@@ -76,6 +76,7 @@ class Server:
             settings.client_output_buffer_hard_limit,
             settings.repl_backlog_size,
             settings.repl_backlog_ttl,
+            settings.repl_ping_replica_period,
         )
         if replication_identity is not None:
             self.replication.continue_history(replication_identity[1])
@@ -156,6 +157,7 @@ class Server:
         feed = self.replication
         feed.hard_limit = new.client_output_buffer_hard_limit
         feed.backlog_size, feed.backlog_ttl = new.repl_backlog_size, new.repl_backlog_ttl
+        feed.ping_period = new.repl_ping_replica_period
         self.watch_ns = _watch_ns(new)
         if ks.log is not None and new.appendfsync != old.appendfsync:
             ks.log.set_appendfsync(new.appendfsync)

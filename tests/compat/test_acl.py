@@ -121,3 +121,14 @@ def test_every_command_has_redis_s_acl_categories(server, redis_server):
             if category not in (b"set", b"sortedset", b"list", b"hash", b"hyperloglog", b"geo", b"stream",
                                 b"blocking", b"scripting"):  # fmt: skip
                 assert mine, category  # a category kvd has commands in
+
+
+def test_acl_log_keeps_acllog_max_len_entries(server_factory):
+    srv = server_factory(requirepass="s3cret")
+    with srv.raw() as raw:
+        assert raw.command("AUTH", "s3cret") == b"+OK\r\n"
+        assert raw.command("CONFIG", "SET", "acllog-max-len", "2") == b"+OK\r\n"
+        for user in ("u1", "u2", "u3"):
+            assert raw.command("AUTH", user, "wrong").startswith(b"-WRONGPASS")
+        entries = [dict(zip(e[::2], e[1::2], strict=True)) for e in parse(raw.command("ACL", "LOG"))]
+        assert [e[b"username"] for e in entries] == [b"u3", b"u2"]  # newest first, the oldest dropped

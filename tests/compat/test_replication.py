@@ -235,6 +235,8 @@ def test_the_stream_carries_effects_one_step_at_a_time(server):
         assert next_command() == [b"SET", b"n", b"1"]
         p.flushall()
         assert next_command() == [b"FLUSHALL"]
+        p.config_set("repl-ping-replica-period", 1)
+        assert raw.read_reply(timeout=5) == b"*1\r\n$4\r\nPING\r\n"  # an idle stream still speaks
         raw.send_command("REPLCONF", "ACK", "0")  # a replica's report: never answered
         assert p.info("replication")["connected_slaves"] == 1
 

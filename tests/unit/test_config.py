@@ -385,6 +385,7 @@ def test_runtime_keys() -> None:
         "client-output-buffer-hard-limit",
         "repl-backlog-size",
         "repl-backlog-ttl",
+        "repl-ping-replica-period",
         "acllog-max-len",
         "loglevel",
         "max-disk",
