@@ -308,7 +308,7 @@ def test_a_replica_that_missed_more_than_the_backlog_gets_a_new_snapshot(server,
 def test_the_backlog_outlives_the_last_replica_for_its_ttl_only(server, replica):
     p = server.client()
     follow(replica, server)
-    p.config_set("repl-backlog-ttl", 1)
+    p.config_set("repl-backlog-ttl", 3)  # seconds: room for the next lines on a loaded machine
     assert replica.client().replicaof("no", "one")  # the replica leaves for good
     deadline = time.monotonic() + 10
     while p.info("replication")["connected_slaves"]:
@@ -317,6 +317,7 @@ def test_the_backlog_outlives_the_last_replica_for_its_ttl_only(server, replica)
     before = p.info("replication")["master_repl_offset"]
     p.set("k", "v")  # while the backlog lives, changes still feed it
     assert p.info("replication")["master_repl_offset"] > before
+    deadline = time.monotonic() + 20
     while p.info("replication")["repl_backlog_active"]:
         assert time.monotonic() < deadline
         time.sleep(0.1)
