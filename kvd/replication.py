@@ -49,6 +49,8 @@ from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kvd.persist.segment import fsync_dir
+
 if TYPE_CHECKING:
     from kvd.connection import Client
 
@@ -77,6 +79,11 @@ class Replica:
         self.queued_bytes = 0
         self.ack_offset = 0
         self.ack_time = time.monotonic()
+
+    @property
+    def host(self) -> str:
+        """The address it connected from (INFO replication, ROLE), without the port."""
+        return self.client.addr.rsplit(":", 1)[0].strip("[]")
 
 
 class ReplicationFeed:
@@ -330,16 +337,12 @@ class ReplicationFeed:
         return [
             (
                 f"slave{i}",
-                f"ip={_host(r.client.addr)},port={r.client.sync_listening_port},state="
+                f"ip={r.host},port={r.client.sync_listening_port},state="
                 f"{'online' if r.state == 'online' else 'send_bulk'},offset={r.ack_offset},"
                 f"lag={int(now - r.ack_time)}",
             )
             for i, r in enumerate(self.replicas)
         ]
-
-
-def _host(addr: str) -> str:
-    return addr.rsplit(":", 1)[0].strip("[]")
 
 
 # -- the replication id across a clean restart ----------------------------------------------------------------
@@ -379,9 +382,5 @@ def take_identity(directory: str | os.PathLike[str]) -> tuple[str, int] | None:
 
 
 def _fsync_directory(directory: Path) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+    with contextlib.suppress(OSError):  # the rename or unlink stands; only its durability is best effort
+        fsync_dir(directory)

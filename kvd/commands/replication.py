@@ -52,8 +52,7 @@ def role(c: Client, argv: list[Any]) -> None:
     online = [r for r in feed.replicas if r.state == "online"]
     c.reply.array(len(online))
     for r in online:  # ip, listening port, acknowledged offset: strings, as Redis sends them
-        c.reply.bulk_array([r.client.addr.rsplit(":", 1)[0].encode(), b"%d" % r.client.sync_listening_port,
-                            b"%d" % r.ack_offset])  # fmt: skip
+        c.reply.bulk_array([r.host.encode(), b"%d" % r.client.sync_listening_port, b"%d" % r.ack_offset])
 
 
 @command(

@@ -290,7 +290,7 @@ class Keyspace:
         for ``rename``: the value is about to leave its old key, so it is neither refused nor a reason to evict.
         ``room_checked``: ``check_room`` has checked the room for it under ``noeviction`` already."""
         if self.policy == "noeviction" and not moving and not room_checked:
-            self._check_room(len(value) + (0 if key in self._entries else self.ram.key_charge(key)))
+            self._check_room(self._charge(key, value))
         seg_log = self.log
         loc = seg_log.append_set(key, value, expire_at) if seg_log is not None else None
         ram = self.ram
@@ -335,9 +335,12 @@ class Keyspace:
         unless all of them fit. Redis refuses the whole command before it runs; checking key by key would leave
         the first ones written."""
         if self.policy == "noeviction":
-            entries = self._entries
-            key_charge = self.ram.key_charge
-            self._check_room(sum(len(v) + (0 if k in entries else key_charge(k)) for k, v in pairs))
+            self._check_room(sum(self._charge(k, v) for k, v in pairs))
+
+    def _charge(self, key: bytes, value: Value) -> int:
+        """What writing ``value`` to ``key`` adds to the RAM tier's count at most (the old value is not
+        subtracted: it may still be held elsewhere until the write is done)."""
+        return len(value) + (0 if key in self._entries else self.ram.key_charge(key))
 
     def unshare(self, key: bytes) -> None:
         """Redis's ``dbUnshareStringValue`` for a write that changes no byte (SETBIT of a bit that is already so):
