@@ -360,3 +360,15 @@ def test_a_clean_restart_keeps_the_history_and_a_crash_does_not(server_factory, 
     wait_for_replica(p)
     same(p, replica.client())
     assert p.info("stats")["sync_full"] == 1
+
+
+@pytest.mark.kvd_only  # Redis's repl-backlog-size has a floor of 16 KiB; kvd's 0 means no backlog
+def test_without_a_backlog_every_reconnection_is_a_full_resync(server, replica):
+    p = server.client()
+    p.config_set("repl-backlog-size", 0)
+    follow(replica, server)
+    reconnect_after(p, replica, lambda: p.set("during", "1"))
+    same(p, replica.client())
+    stats, info = p.info("stats"), p.info("replication")
+    assert (stats["sync_full"], stats["sync_partial_ok"]) == (2, 0)
+    assert (info["repl_backlog_active"], info["repl_backlog_histlen"]) == (0, 0)
