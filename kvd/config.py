@@ -258,6 +258,31 @@ class Settings:
         low=0,
         runtime=True,
     )
+    replicaof: str = _key(
+        "str",
+        "",
+        "'host port' of the primary this server replicates from, read-only (empty = a primary; REPLICAOF changes it)",
+        "Replication",
+    )
+    masterauth: str = _key("str", "", "password this replica sends to its primary (AUTH)", "Replication", runtime=True)
+    masteruser: str = _key(
+        "str",
+        "",
+        "user this replica authenticates as at its primary (empty = AUTH with the password only)",
+        "Replication",
+        runtime=True,
+    )
+    replica_read_only: bool = _key(
+        "bool", True, "a replica refuses writes from its own clients (-READONLY)", "Replication", runtime=True
+    )
+    repl_timeout: int = _key(
+        "int",
+        60,
+        "seconds a replica waits for its primary (connecting, each reply, silence in the stream) before reconnecting",
+        "Replication",
+        low=1,
+        runtime=True,
+    )
     # Diagnostics
     acllog_max_len: int = _key(
         "int", 128, "ACL LOG keeps this many refused authentications", "Diagnostics", low=0, runtime=True
@@ -399,6 +424,10 @@ def _cross_check(v: dict[str, Any]) -> str | None:
             f"client-output-buffer-soft-limit: {soft} must not exceed client-output-buffer-hard-limit ({hard}; "
             "0 = no hard limit)"
         )
+    if v["replicaof"].strip():
+        parts = v["replicaof"].split()
+        if len(parts) != 2 or not parts[1].isdigit() or not 0 < int(parts[1]) <= 65535:
+            return f"replicaof: '{v['replicaof']}' is not 'host port' (e.g. '10.0.0.5 6379')"
     if v["persistence"] and not v["dir"].strip():
         return "dir: must not be empty while persistence is on"
     return None

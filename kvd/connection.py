@@ -55,6 +55,7 @@ from kvd.store.keyspace import OutOfMemory
 
 if TYPE_CHECKING:
     from kvd.pubsub import Subscriptions
+    from kvd.replica import ReplicaLink
     from kvd.replication import Replica
     from kvd.server import Server
     from kvd.stats import CommandStats, ServerStats
@@ -85,6 +86,8 @@ _DISCARD = _Discard()
 
 class Client(asyncio.BufferedProtocol):
     """A connected client: its protocol state, auth state, name and reply stream."""
+
+    link: ReplicaLink | None = None  # set on the primary's connection of a replica only (kvd/replica.py)
 
     def __init__(self, server: Server) -> None:
         self.server = server
@@ -182,6 +185,11 @@ class Client(asyncio.BufferedProtocol):
         soft = settings.client_output_buffer_soft_limit
         if soft:
             transport.set_write_buffer_limits(high=soft, low=soft // 2)
+        self._admit(peer)
+
+    def _admit(self, peer: Any) -> None:
+        """Register the connection, or refuse it: maxclients, or protected mode and a peer not on loopback."""
+        settings = self.server.settings
         if not self.server.register(self):
             self._reject(errors.MAX_CLIENTS)
             return
@@ -343,6 +351,8 @@ class Client(asyncio.BufferedProtocol):
             return self._refuse(cmd, errors.NOAUTH, argv)
         if self._monitors and self.monitoring and (cmd.is_write or READONLY in cmd.flags):
             return self._refuse(cmd, "ERR Replica can't interact with the keyspace", argv)  # Redis's words
+        if cmd.is_write and self.server.read_only and self.link is None:
+            return self._refuse(cmd, errors.READONLY, argv)  # a replica takes writes from its primary only
         if self._multi is not None and cmd.name not in _RUN_IN_MULTI:
             if NO_MULTI in cmd.flags:
                 return self._refuse(cmd, "ERR Command not allowed inside a transaction", argv)
@@ -803,9 +813,11 @@ class Client(asyncio.BufferedProtocol):
         return "pubsub" if self.subscriptions and self.subscriptions.total() else "normal"
 
     def _flags(self) -> str:
-        """CLIENT LIST's flags, as Redis writes them: x in MULTI, P subscribed, O a monitor, N for none."""
+        """CLIENT LIST's flags, as Redis writes them: x in MULTI, P subscribed, O a monitor, S a replica, M the
+        primary, N for none."""
         flags = ("O" if self.monitoring else "") + ("P" if self.subscriptions and self.subscriptions.total() else "")
         flags += "S" if self.replica is not None else ""
+        flags += "M" if self.link is not None else ""
         flags += "x" if self._multi is not None else ""
         mode = self.tracking
         if mode is not None:

@@ -1,8 +1,8 @@
 """Which arguments of a request are secrets, hidden wherever kvd shows a request back (MONITOR, SLOWLOG).
 
 Redis redacts the same positions (``redactClientCommandArgument``): everything after AUTH, the user name and
-password after HELLO's AUTH option, and the value of a sensitive CONFIG SET key. kvd's only sensitive key is
-``requirepass``.
+password after HELLO's AUTH option, and the value of a sensitive CONFIG SET key: ``requirepass`` and
+``masterauth``, as Redis marks them.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 REDACTED = b"(redacted)"
-SENSITIVE_CONFIG = frozenset({b"requirepass"})
+SENSITIVE_CONFIG = frozenset({b"requirepass", b"masterauth"})
 
 
 def secrets(argv: list[Any]) -> set[int]:

@@ -11,6 +11,7 @@ Shutdown (SIGTERM, SIGINT or SHUTDOWN): stop accepting, stop reading from every 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import ipaddress
 import logging
 import os
@@ -25,6 +26,7 @@ from kvd.latency import LatencyMonitor
 from kvd.notify import KEYEVENT, KEYSPACE, KeyspaceEvents, parse_flags
 from kvd.persist.saves import Saves
 from kvd.pubsub import PubSub
+from kvd.replica import ReplicaLink
 from kvd.replication import Replica, ReplicationFeed, save_identity
 from kvd.slowlog import SlowLog
 from kvd.stats import ServerStats, render_info
@@ -81,6 +83,8 @@ class Server:
         if replication_identity is not None:
             self.replication.continue_history(replication_identity[1])
             keyspace.feed = self.replication if self.replication.needed else None
+        self.link: ReplicaLink | None = None  # following a primary (REPLICAOF host port; kvd/replica.py)
+        self.read_only = False  # a read-only replica: clients' writes are refused (Client._execute)
         self.bound_port = settings.port
         self.loop_name = "asyncio"
         self._next_id = 0
@@ -130,6 +134,34 @@ class Server:
             self.keyspace.feed = None  # no replica and no backlog: changes cost nothing more
         log.info("replica %s (id=%d) detached", client.addr, client.id)
 
+    # -- replicating from a primary (kvd/replica.py) -------------------------------------------------------------
+
+    def replicate_from(self, host: str, port: int) -> None:
+        """REPLICAOF host port: follow that primary from now on (the connection is made in the background)."""
+        history = None
+        if self.link is not None:
+            self.link.stop()
+            history = (self.link.replid, self.link.offset)  # another primary of the same history may continue it
+        self.link = ReplicaLink(self, host, port)
+        if history is not None:
+            self.link.replid, self.link.offset = history
+        self._set_replicaof(f"{host} {port}")
+        self.link.start()
+        log.info("replicating from %s:%d from now on", host, port)
+
+    def stop_replicating(self) -> None:
+        """REPLICAOF NO ONE: a primary again, with the data it holds; the primary's history is forgotten."""
+        if self.link is None:
+            return
+        self.link.stop()
+        log.info("no longer replicating from %s:%d: a primary now", self.link.host, self.link.port)
+        self.link = None
+        self._set_replicaof("")
+
+    def _set_replicaof(self, value: str) -> None:
+        self.settings = dataclasses.replace(self.settings, replicaof=value)  # CONFIG GET and REWRITE show it
+        self.read_only = self.link is not None and self.settings.replica_read_only
+
     def unregister(self, client: Client) -> None:
         self.clients.pop(client.id, None)
         self.monitors.discard(client)
@@ -159,6 +191,7 @@ class Server:
         feed.backlog_size, feed.backlog_ttl = new.repl_backlog_size, new.repl_backlog_ttl
         feed.ping_period = new.repl_ping_replica_period
         self.watch_ns = _watch_ns(new)
+        self.read_only = self.link is not None and new.replica_read_only
         if ks.log is not None and new.appendfsync != old.appendfsync:
             ks.log.set_appendfsync(new.appendfsync)
         for client in self.clients.values():
@@ -225,6 +258,9 @@ class Server:
         # same loop pass, before the loop polls for its first connection.
         await asyncio.gather(*(server.start_serving() for server in self._listeners))
         self._tick = asyncio.create_task(self._background())
+        if s.replicaof:
+            host, port = s.replicaof.split()
+            self.replicate_from(host, int(port))
 
     async def _bind(self, port: int, context: ssl.SSLContext | None = None) -> list[asyncio.AbstractServer]:
         """One listener per ``bind`` address on ``port``, bound and listening only once ``start`` says so."""
@@ -258,6 +294,9 @@ class Server:
     async def stop(self) -> None:
         for server in self._listeners:
             server.close()
+        if self.link is not None:
+            self.link.stop()  # the setting stays: a restart follows the same primary
+            await self.link.wait_stopped()
         self.replication.flush_now()  # the last changes reach the replicas before their connections close
         if self._tick is not None:
             self._tick.cancel()
@@ -303,7 +342,7 @@ class Server:
                 if self.settings.timeout and now - last_idle_check >= 1.0:
                     last_idle_check = now
                     for client in list(self.clients.values()):
-                        if not client.busy and client.idle(now) > self.settings.timeout:
+                        if client.link is None and not client.busy and client.idle(now) > self.settings.timeout:
                             log.debug("closing idle client %s (id=%d)", client.addr, client.id)
                             client.kill()
             except Exception:  # the tick must never die

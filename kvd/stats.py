@@ -318,8 +318,10 @@ def _stats(s: Server) -> list[tuple[str, object]]:
 
 def _replication(s: Server) -> list[tuple[str, object]]:
     feed = s.replication
+    link = s.link
     return [
-        ("role", "master"),
+        ("role", "master" if link is None else "slave"),
+        *(link.info() if link is not None else ()),
         ("connected_slaves", len(feed.replicas)),
         *feed.info(),
         ("master_failover_state", "no-failover"),

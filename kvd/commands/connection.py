@@ -136,7 +136,7 @@ def hello(c: Client, argv: list[Any]) -> None:
             ("proto", proto),
             ("id", c.id),
             ("mode", "standalone"),
-            ("role", "master"),
+            ("role", "master" if c.server.link is None else "replica"),
             ("modules", []),
         ]
     )

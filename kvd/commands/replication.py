@@ -1,13 +1,15 @@
-"""ROLE, WAIT, WAITAOF, REPLICAOF and FAILOVER: Redis's replication commands on a primary that follows no other.
+"""ROLE, WAIT, WAITAOF, REPLICAOF and FAILOVER: Redis's replication commands.
 
 ROLE and WAIT see the replicas attached with PSYNC (kvd/replication.py): WAIT blocks until enough of them have
 acknowledged every write before it, or its timeout. WAITAOF's replica count is always 0: Redis 7.0 replicas do not
 report their own fsyncs.
 
-REPLICAOF NO ONE is what failover scripts send to the server that is to be the primary: kvd is one already, so
-OK. REPLICAOF <host> <port> is refused (after Redis's own check of the port) with the one way kvd takes another
-server's data: a snapshot piped into it. FAILOVER answers as a Redis primary without replicas; with replicas it
-is refused, since kvd cannot become a replica of one of them (promote the replica with REPLICAOF NO ONE).
+REPLICAOF <host> <port> makes kvd a read-only replica of that server, Redis or kvd (kvd/replica.py: the link
+connects in the background, so the reply is +OK at once, as Redis's); REPLICAOF NO ONE makes it a primary again
+with the data it holds. On a replica ROLE answers ``slave``, its primary, the link's state and offset, and WAIT is
+refused as Redis refuses it. FAILOVER answers as a Redis primary without replicas; with replicas it is refused,
+since kvd does not hand its role over in one step (promote the replica with REPLICAOF NO ONE, then point kvd at
+it with REPLICAOF).
 
 A WAIT or WAITAOF that asks for more replicas than will answer blocks until its timeout (0 = for ever), as on a
 Redis primary. The wait blocks only its own client; CLIENT UNBLOCK, a disconnect or SHUTDOWN ends it early.
@@ -45,6 +47,16 @@ _FOREVER_MS = 1 << 41  # about 70 years: longer is "no limit" to the event loop'
     summary="Returns the replication role.",
 )
 def role(c: Client, argv: list[Any]) -> None:
+    link = c.server.link
+    if link is not None:
+        host, port, state, offset = link.role()
+        c.reply.array(5)
+        c.reply.bulk(b"slave")
+        c.reply.bulk(host.encode())
+        c.reply.integer(port)
+        c.reply.bulk(state.encode())
+        c.reply.integer(offset)
+        return
     feed = c.server.replication
     c.reply.array(3)
     c.reply.bulk(b"master")
@@ -68,6 +80,12 @@ def role(c: Client, argv: list[Any]) -> None:
     waits=True,
 )
 def wait(c: Client, argv: list[Any]) -> Any:
+    if c.server.link is not None:
+        raise CommandError(
+            "ERR WAIT cannot be used with replica instances. Please also note that since Redis 4.0 if a replica is "
+            "configured to be writable (which is not the default) writes to replicas are just local and are not "
+            "propagated."
+        )
     numreplicas = parse_int(argv[1])
     timeout = _timeout_ms(argv[2])
     feed = c.server.replication
@@ -151,21 +169,27 @@ def _timeout_ms(raw: bytes) -> int:
     ADMIN,
     group="server",
     since="5.0.0",
-    summary="Configures a server as replica of another, or promotes it to a primary (kvd: always a primary).",
+    summary="Configures a server as replica of another, or promotes it to a primary.",
     usage="host port",
 )
 def replicaof(c: Client, argv: list[Any]) -> None:
+    server = c.server
     if lower(argv[1]) == b"no" and lower(argv[2]) == b"one":
-        c.reply.ok()  # a primary already, as Redis answers one
+        server.stop_replicating()  # a primary already: nothing to do, as Redis answers one
+        c.reply.ok()
         return
+    if c.replica is not None:
+        raise CommandError("ERR Command is not valid when client is a replica.")
     port = parse_int(argv[2], "ERR Invalid master port")
     if not 0 <= port <= 65535:
         raise CommandError("ERR Invalid master port")
     host = bytes(argv[1]).decode("utf-8", "replace")
-    raise CommandError(
-        f"ERR kvd does not replicate from another server; copy its data once with: redis-cli -h {host} -p {port} "
-        f"--rdb - | kvd-load-rdb - --port {c.laddr.rsplit(':', 1)[-1]}"
-    )
+    link = server.link
+    if link is not None and link.host.lower() == host.lower() and link.port == port:
+        c.reply.raw(b"+OK Already connected to specified master\r\n")
+        return
+    server.replicate_from(host, port)
+    c.reply.ok()
 
 
 @command(
@@ -215,6 +239,6 @@ def failover(c: Client, argv: list[Any]) -> None:
     if not c.server.replication.replicas:
         raise CommandError("ERR FAILOVER requires connected replicas.")
     raise CommandError(
-        "ERR kvd cannot fail over: it does not become a replica of its replicas; send REPLICAOF NO ONE to the "
-        "replica that is to be the primary"
+        "ERR kvd does not fail over in one step: send REPLICAOF NO ONE to the replica that is to be the primary, "
+        "then REPLICAOF <its host> <its port> to this server"
     )

@@ -86,7 +86,9 @@ def replconf(c: Client, argv: list[Any]) -> None:
                     c.server.replication.ack(c.replica, parse_int(value))
             return
         elif option == b"getack":
-            return  # for a replica, from its primary: kvd is none, and Redis answers nothing either
+            if c.link is not None:  # from this replica's primary: the offset, now (kvd/replica.py)
+                c.link.send_ack()
+            return  # anyone else: Redis answers nothing either
         elif option == b"rdb-only":
             flag = parse_int(value)
             if flag not in (0, 1):
@@ -129,10 +131,13 @@ def sync(c: Client, argv: list[Any]) -> Any:
     waits=True,
 )
 def psync(c: Client, argv: list[Any]) -> Any:
+    if c.replica is not None:
+        return None  # a replica already: Redis ignores it, without a reply
     if len(argv) > 3 and lower(argv[3]) == b"failover":
-        raise CommandError("ERR PSYNC FAILOVER can't be sent to a master.")
+        _take_over(c, bytes(argv[1]))
     next_offset = parse_int(argv[2])
-    if c.replica is None and not c.pending_output() and not c.sync_rdb_only:
+    link = c.server.link
+    if c.replica is None and not c.pending_output() and not c.sync_rdb_only and (link is None or link.link_up):
         feed = c.server.replication
         feed.flush_now()  # the changes so far are in the backlog before it is read
         if feed.can_continue(bytes(argv[1]), next_offset):
@@ -146,9 +151,24 @@ def psync(c: Client, argv: list[Any]) -> Any:
     return _start(c, psync=True)
 
 
+def _take_over(c: Client, replid: bytes) -> None:
+    """PSYNC ... FAILOVER: this replica's primary ran FAILOVER and asks to become this server's replica, so this
+    server becomes the primary, if the primary is the one it follows (the history it names is this link's)."""
+    link = c.server.link
+    if link is None:
+        raise CommandError("ERR PSYNC FAILOVER can't be sent to a master.")
+    if replid.decode("ascii", "replace") != link.replid:
+        raise CommandError("ERR PSYNC FAILOVER replid must match my replid.")
+    log.warning("failover requested by %s (id=%d): a primary from now on", c.addr, c.id)
+    c.server.stop_replicating()
+
+
 def _start(c: Client, psync: bool) -> Any:
     if c.replica is not None:
         return None  # a replica already: Redis ignores it, without a reply
+    link = c.server.link
+    if link is not None and not link.link_up:  # a replica's data may be partial or stale; Redis refuses too
+        raise CommandError("NOMASTERLINK Can't SYNC while not connected with my master")
     if c.pending_output():
         raise CommandError("ERR SYNC and PSYNC are invalid with pending output")
     replica = None if c.sync_rdb_only else c.server.attach_replica(c)  # before the snapshot, in the same step

@@ -259,13 +259,3 @@ def test_replicaof_and_failover_answer_as_a_primary_without_replicas(server):
         assert raw.command("FAILOVER", "FORCE", "FORCE") == b"-ERR syntax error\r\n"
         assert raw.command("FAILOVER", "TO", "h", "1", "FORCE") == b"-ERR FAILOVER requires connected replicas.\r\n"
         assert raw.command("ROLE") == b"*3\r\n$6\r\nmaster\r\n:0\r\n*0\r\n"
-
-
-@pytest.mark.kvd_only  # Redis would start replicating
-def test_replicaof_a_server_says_how_to_copy_it_instead(server):
-    with server.raw() as raw:
-        reply = raw.command("REPLICAOF", "10.0.0.7", "6380")
-    assert reply == (
-        b"-ERR kvd does not replicate from another server; copy its data once with: "
-        b"redis-cli -h 10.0.0.7 -p 6380 --rdb - | kvd-load-rdb - --port %d\r\n" % server.port
-    )

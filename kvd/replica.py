@@ -1,0 +1,583 @@
+"""The replica's side of Redis replication: ``REPLICAOF <host> <port>`` makes kvd a read-only copy of another
+server, a Redis server or another kvd, kept up to date by that primary's stream.
+
+For a KV cache this is a copy near each group of inference engines: they read chunks from the replica on their
+own host while one primary takes the writes, and a replica promoted with ``REPLICAOF NO ONE`` keeps serving what
+it holds. The primary's side is ``kvd/replication.py``.
+
+The link (``ReplicaLink``) is one task and at most one connection, in the steps of Redis's ``syncWithMaster``:
+
+    connect    TCP to the primary, ``repl-timeout`` seconds at most for this and for every reply after it
+    handshake  AUTH [masteruser] masterauth when set, PING, REPLCONF listening-port, REPLCONF capa eof capa psync2
+    PSYNC      the history this replica follows and the next byte it needs, or ``? -1`` the first time:
+               ``+CONTINUE [replid]``: only what was missed follows, straight to streaming;
+               ``+FULLRESYNC <replid> <offset>``: a snapshot follows
+    transfer   ``$<size>`` and an RDB file, or ``$EOF:<40-byte mark>``, the file, the mark (a diskless primary);
+               the newlines a primary sends while it prepares the file are keep-alives. The file goes to
+               ``dir/temp-replica-<pid>.rdb`` through aiofiles (writes in a thread), never into memory whole.
+    check      the whole file is read once, in a thread, checksum included: a damaged snapshot is refused (and
+               the link retries) before anything held is dropped
+    load       the old data is flushed and the file's string keys are SET one at a time (``RdbReader``), in
+               slices of ``LOAD_SLICE`` seconds so every client keeps being served: reads in the meantime see
+               the keys loaded so far (Redis answers -LOADING instead). With persistence on each slice waits
+               until the log has written it, so a large load runs at the disk's pace and never queues the
+               dataset in memory. Keys of other types (a Redis primary's lists, hashes...) are passed over and
+               counted in the log; keys whose deadline has passed are not loaded.
+    streaming  the connection becomes a client (``PrimaryClient``) whose commands run like any client's and
+               whose replies are dropped, except REPLCONF GETACK, answered with ``REPLCONF ACK <offset>``; the
+               offset also goes to the primary once a second, which is what its WAIT counts.
+
+Offsets. ``offset`` counts the bytes of every command that reached the keyspace, as the canonical RESP size of
+its arguments (primaries send commands in that form). A cut link goes back to connect after a second and asks
+to continue from ``offset + 1``: commands received but not yet run when the link broke were not counted, so
+they are sent again; a MULTI cut before its EXEC is rewound to before the MULTI. The history is kept while the
+process runs and forgotten at ``REPLICAOF NO ONE`` (the replica may then take writes the history lacks); after
+a restart a replica resynchronises fully.
+
+What differs from a Redis replica: kvd's own clock expires keys (deadlines are absolute, so it expires them
+when the primary does, give or take the clocks' skew; the primary's DEL that follows changes nothing), and the
+RAM tier's eviction applies (with persistence on it only moves values to disk; without it a replica over
+``maxmemory`` drops keys the primary still has). Sub-replicas of a kvd replica follow the replica's own history
+(its ``master_replid``), not the top primary's. The link is plain TCP: a TLS primary is not reached.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import aiofiles
+
+from kvd.connection import _DISCARD, Client
+from kvd.persist.rdb import RdbError, RdbReader
+from kvd.store.keyspace import now_ms
+
+if TYPE_CHECKING:
+    from kvd.server import Server
+
+log = logging.getLogger("kvd.replica")
+
+RETRY_SECONDS = 1.0  # after a failed attempt or a cut link, as Redis's replicationCron retries each second
+ACK_SECONDS = 1.0
+LOAD_SLICE = 0.01  # seconds of loading between two turns of the event loop
+WIRE_HIGH = 4 << 20  # the handshake connection stops reading past this much unconsumed data
+EOF_MARK_LEN = 40  # RDB_EOF_MARK_SIZE
+_NO_HISTORY = "?"
+
+
+class LinkError(Exception):
+    """The attempt failed; the message says why, and the link retries."""
+
+
+def command_size(argv: list[Any]) -> int:
+    """Bytes of ``argv`` as a RESP array of bulk strings: what it took of the primary's stream."""
+    size = 3 + len(str(len(argv)))
+    for arg in argv:
+        n = len(arg)
+        size += 5 + len(str(n)) + n
+    return size
+
+
+def encode_command(*args: bytes) -> bytes:
+    out = [b"*%d\r\n" % len(args)]
+    for arg in args:
+        out.append(b"$%d\r\n%s\r\n" % (len(arg), arg))
+    return b"".join(out)
+
+
+class _Wire(asyncio.Protocol):
+    """The link's connection until the stream starts: replies and byte runs on demand. What arrived beyond the
+    last one asked for stays in ``buf`` for the client that takes the connection over."""
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self.buf = bytearray()
+        self.transport: asyncio.Transport | None = None
+        self.lost: BaseException | None = None
+        self.last_io = time.monotonic()
+        self._waiter: asyncio.Future[None] | None = None
+        self._paused = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        self.last_io = time.monotonic()
+        if len(self.buf) > WIRE_HIGH and self.transport is not None and not self._paused:
+            self._paused = True
+            self.transport.pause_reading()
+        self._wake()
+
+    def eof_received(self) -> bool:
+        return False  # close: connection_lost follows
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = exc or ConnectionError("the primary closed the connection")
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def _more(self) -> None:
+        if self.lost is not None:
+            raise LinkError(f"connection lost: {self.lost}")
+        if self._paused and self.transport is not None:
+            self._paused = False
+            self.transport.resume_reading()
+        self._waiter = asyncio.get_running_loop().create_future()
+        try:
+            await asyncio.wait_for(self._waiter, self.timeout)
+        except TimeoutError:
+            raise LinkError(f"no data from the primary for {self.timeout:g} s (repl-timeout)") from None
+
+    def send(self, *args: bytes) -> None:
+        assert self.transport is not None
+        self.transport.write(encode_command(*args))
+
+    async def line(self) -> bytes:
+        """The next non-empty line, without its CRLF (empty lines are a primary's keep-alives)."""
+        while True:
+            end = self.buf.find(b"\n")
+            if end >= 0:
+                line = bytes(self.buf[:end]).rstrip(b"\r")
+                del self.buf[: end + 1]
+                if line:
+                    return line
+                continue
+            if len(self.buf) > 64 << 10:
+                raise LinkError("the primary sent a line over 64 KiB where a reply belongs")
+            await self._more()
+
+    async def ask(self, *args: bytes) -> bytes:
+        self.send(*args)
+        return await self.line()
+
+    async def take(self, limit: int) -> bytearray:
+        """At least one byte and at most ``limit`` of what has arrived (waiting for some if none has)."""
+        while not self.buf:
+            await self._more()
+        if len(self.buf) <= limit:
+            data, self.buf = self.buf, bytearray()
+        else:
+            data = self.buf[:limit]
+            del self.buf[:limit]
+        return data
+
+
+class PrimaryClient(Client):
+    """The primary's connection once it streams: a client whose writes are allowed on a read-only replica,
+    whose replies are dropped, and which counts the bytes of the commands it runs (``link.offset``)."""
+
+    def __init__(self, server: Server, link: ReplicaLink) -> None:
+        super().__init__(server)
+        self.link = link
+        self.set_authenticated(True)
+        self.reply.out = _DISCARD  # as Redis's master client: nothing goes back but REPLCONF ACK
+        self.reply.on_error = self._refused
+        self._offset_at_multi = -1  # link.offset before the MULTI of a transaction not yet executed
+        self._errors_logged_at = 0.0
+        self._errors_unlogged = 0
+
+    def _admit(self, peer: Any) -> None:
+        self.server.clients[self.id] = self  # neither maxclients nor protected mode: it is the server's own
+
+    def take_over(self, transport: asyncio.Transport, leftover: bytearray) -> None:
+        """Become the protocol of the link's connection; ``leftover`` arrived with the handshake's last reply."""
+        transport.pause_reading()
+        transport.set_protocol(self)
+        self.connection_made(transport)
+        view = memoryview(leftover)
+        while view and not self._closed:
+            buf = self.get_buffer(len(view))
+            n = min(len(buf), len(view))
+            memoryview(buf)[:n] = view[:n]
+            self.buffer_updated(n)
+            view = view[n:]
+        if self._reading and not self._closed:
+            transport.resume_reading()
+
+    def hold_commands(self) -> None:
+        pass  # CLIENT PAUSE holds clients, never the primary's stream (Redis exempts its master too)
+
+    def client_type(self) -> str:
+        return "master"
+
+    def _execute(self, argv: list[Any]) -> Any:
+        link = self.link
+        counted = not self.executing_transaction  # EXEC's queued commands were counted when they were queued
+        if counted:
+            if self._multi is None and bytes(argv[0]).lower() == b"multi":
+                self._offset_at_multi = link.offset
+            link.offset += command_size(argv)
+        result = super()._execute(argv)
+        if counted and self._multi is None:
+            self._offset_at_multi = -1
+        return result
+
+    def _refused(self, message: str) -> None:
+        """An error reply to the primary, which nobody reads: counted as any, and logged (once a second at most),
+        as Redis logs the errors its replicas send their master."""
+        self.stats.count_error(message)
+        now = time.monotonic()
+        if now - self._errors_logged_at < 1.0:
+            self._errors_unlogged += 1
+            return
+        more = f" ({self._errors_unlogged} more since the last report)" if self._errors_unlogged else ""
+        log.warning(
+            "kvd refused a command from its primary %s (%s): %s%s; the replica may now differ from it",
+            self.addr,
+            self.last_command,
+            message[:200],
+            more,
+        )
+        self._errors_logged_at, self._errors_unlogged = now, 0
+
+    def rewind(self) -> None:
+        """The link is cut: a transaction whose EXEC has not come is asked for again, from its MULTI."""
+        if self._offset_at_multi >= 0:
+            self.link.offset, self._offset_at_multi = self._offset_at_multi, -1
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.rewind()
+        super().connection_lost(exc)
+        self.link.stream_ended(exc)
+
+    def send_ack(self) -> None:
+        if self.transport is not None and not self._closed:
+            self.transport.write(encode_command(b"REPLCONF", b"ACK", b"%d" % self.link.offset))
+
+
+class ReplicaLink:
+    """kvd following one primary: connects, synchronises, applies its stream, and reconnects when cut."""
+
+    def __init__(self, server: Server, host: str, port: int) -> None:
+        self.server = server
+        self.host = host
+        self.port = port
+        self.state = "connect"  # ROLE's words: connect, connecting, handshake, sync, connected
+        self.replid = _NO_HISTORY  # the primary's history this replica follows, and how far (offset)
+        self.offset = -1
+        self.sync_total = -1  # bytes of the snapshot being transferred (-1: not announced, EOF-marked)
+        self.sync_read = 0
+        self.down_since: float | None = None  # when the link went down; None: never up since REPLICAOF
+        self.last_error = ""
+        self.full_syncs = 0
+        self.partial_syncs = 0
+        self._client: PrimaryClient | None = None
+        self._wire: _Wire | None = None
+        self._stream_done: asyncio.Future[None] | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._stopped = False
+
+    # -- life ----------------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    def stop(self) -> None:
+        """REPLICAOF NO ONE or another primary, or shutdown: drop the connection and stop retrying."""
+        self._stopped = True
+        self._close()
+        if self._task is not None:
+            self._task.cancel()
+
+    async def wait_stopped(self) -> None:
+        if self._task is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    @property
+    def link_up(self) -> bool:
+        return self.state == "connected"
+
+    def last_io(self) -> float:
+        """Seconds since the primary last sent anything (INFO's master_last_io_seconds_ago)."""
+        now = time.monotonic()
+        if self._client is not None:
+            return self._client.idle(now)
+        if self._wire is not None:
+            return now - self._wire.last_io
+        return -1
+
+    async def _run(self) -> None:
+        while not self._stopped:
+            try:
+                await self._attempt()
+            except LinkError as exc:
+                self._failed(str(exc))
+            except OSError as exc:
+                self._failed(f"cannot connect ({exc.strerror or exc})")
+            except Exception:  # the link must never die silently: a bug here is logged and retried
+                log.exception("replication from %s:%d failed", self.host, self.port)
+            finally:
+                self._close()
+            if self.state == "connected":
+                self.down_since = time.monotonic()
+            self.state = "connect"
+            if not self._stopped:
+                await asyncio.sleep(RETRY_SECONDS)
+
+    def _failed(self, reason: str) -> None:
+        """Log why an attempt failed: a warning when the reason is new, the same reason again only at debug level
+        (a primary that is down for an hour would otherwise write 3600 lines)."""
+        level = logging.DEBUG if reason == self.last_error else logging.WARNING
+        self.last_error = reason
+        log.log(level, "replication from %s:%d: %s; retrying every %g s", self.host, self.port, reason, RETRY_SECONDS)
+
+    def _close(self) -> None:
+        if self._wire is not None and self._wire.transport is not None and self._client is None:
+            self._wire.transport.abort()
+        if self._client is not None:
+            self._client.rewind()
+            self._client.kill()
+        self._wire = self._client = None
+
+    # -- one attempt ------------------------------------------------------------------------------------------
+
+    async def _attempt(self) -> None:
+        settings = self.server.settings
+        timeout = float(settings.repl_timeout)
+        self.state = "connecting"
+        loop = asyncio.get_running_loop()
+        try:
+            transport, wire = await asyncio.wait_for(
+                loop.create_connection(lambda: _Wire(timeout), self.host, self.port), timeout
+            )
+        except TimeoutError:
+            raise LinkError(f"connecting took over {timeout:g} s (repl-timeout)") from None
+        self._wire = wire
+        self.state = "handshake"
+        await self._handshake(wire)
+        self.state = "sync"
+        reply = await wire.ask(b"PSYNC", self.replid.encode(), b"%d" % (self.offset + 1 if self.offset >= 0 else -1))
+        if reply.startswith(b"+FULLRESYNC"):
+            parts = reply.split()
+            if len(parts) != 3 or not parts[2].lstrip(b"-").isdigit():
+                raise LinkError(f"the primary's answer to PSYNC is malformed: {reply[:80]!r}")
+            await self._full_sync(wire, parts[1].decode("ascii", "replace"), int(parts[2]))
+        elif reply.startswith(b"+CONTINUE"):
+            parts = reply.split()
+            if len(parts) > 1:
+                self.replid = parts[1].decode("ascii", "replace")  # the primary's history got a new name
+            self.partial_syncs += 1
+            log.info("replication from %s:%d continues at offset %d", self.host, self.port, self.offset + 1)
+        else:
+            raise LinkError(f"the primary refused PSYNC: {_text(reply)}")
+        await self._stream(transport, wire)
+
+    async def _handshake(self, wire: _Wire) -> None:
+        s = self.server.settings
+        if s.masterauth:
+            user = (s.masteruser.encode(),) if s.masteruser else ()
+            reply = await wire.ask(b"AUTH", *user, s.masterauth.encode())
+            if not reply.startswith(b"+"):
+                raise LinkError(f"the primary refused AUTH (check masterauth / masteruser): {_text(reply)}")
+        reply = await wire.ask(b"PING")
+        if reply.startswith(b"-") and not reply.startswith(b"-NOPERM"):  # Redis lets a -NOPERM pass
+            hint = " (set masterauth)" if reply.startswith(b"-NOAUTH") else ""
+            raise LinkError(f"the primary answered PING with an error{hint}: {_text(reply)}")
+        port = str(self.server.bound_port).encode()
+        reply = await wire.ask(b"REPLCONF", b"listening-port", port)
+        if reply.startswith(b"-"):
+            log.info("the primary did not take REPLCONF listening-port: %s", _text(reply))
+        reply = await wire.ask(b"REPLCONF", b"capa", b"eof", b"capa", b"psync2")
+        if reply.startswith(b"-"):
+            log.info("the primary did not take REPLCONF capa: %s", _text(reply))
+
+    async def _full_sync(self, wire: _Wire, replid: str, offset: int) -> None:
+        head = await wire.line()
+        if not head.startswith(b"$"):
+            raise LinkError(f"expected the snapshot's size from the primary, got {_text(head)}")
+        mark = None
+        if head.startswith(b"$EOF:"):
+            mark = head[5:]
+            if len(mark) != EOF_MARK_LEN:
+                raise LinkError("the primary's end-of-file mark is not 40 bytes")
+            self.sync_total = -1
+        elif head[1:].isdigit():
+            self.sync_total = int(head[1:])
+        else:
+            raise LinkError(f"the primary's snapshot size is not a number: {_text(head)}")
+        log.info(
+            "full resynchronisation from %s:%d: %s",
+            self.host,
+            self.port,
+            f"{self.sync_total} bytes" if mark is None else "a diskless transfer",
+        )
+        path = _temp_path(self.server.settings.dir)
+        try:
+            await self._receive_file(wire, path, mark)
+            self.state = "sync"
+            try:  # the whole file is read once before the old data goes, as kvd-load-rdb checks its input
+                checked = await asyncio.get_running_loop().run_in_executor(None, _check, path)
+            except (RdbError, OSError) as exc:
+                raise LinkError(f"the primary's snapshot is damaged, the data held is kept: {exc}") from None
+            self.replid, self.offset = _NO_HISTORY, -1  # the old data goes now: a failed load cannot be continued
+            await self._load(path, checked)
+        finally:
+            with contextlib.suppress(OSError):
+                path.unlink()
+        self.replid, self.offset = replid, offset
+        self.full_syncs += 1
+
+    async def _receive_file(self, wire: _Wire, path: Path, mark: bytes | None) -> None:
+        self.sync_read = 0
+        async with aiofiles.open(path, "wb") as f:
+            if mark is None:
+                left = self.sync_total
+                while left:
+                    data = await wire.take(min(left, 8 << 20))
+                    await f.write(data)
+                    left -= len(data)
+                    self.sync_read += len(data)
+                return
+            tail = bytearray()  # the last bytes seen, which may be the mark: written once more follows
+            while True:
+                tail += await wire.take(8 << 20)
+                if len(tail) >= EOF_MARK_LEN and tail[-EOF_MARK_LEN:] == mark:
+                    await f.write(tail[:-EOF_MARK_LEN])
+                    self.sync_read += len(tail) - EOF_MARK_LEN
+                    return
+                if len(tail) > EOF_MARK_LEN:
+                    await f.write(tail[:-EOF_MARK_LEN])
+                    self.sync_read += len(tail) - EOF_MARK_LEN
+                    del tail[:-EOF_MARK_LEN]
+
+    async def _load(self, path: Path, keys: int) -> None:
+        """Replace the keyspace with the file's ``keys`` string keys, a slice at a time."""
+        started = time.monotonic()
+        keyspace = self.server.keyspace
+        flushed = keyspace.flush()
+        loaded = expired = 0
+        with open(path, "rb", buffering=1 << 20) as f:
+            reader = RdbReader(f, skip_other_types=True)
+            slice_end = time.monotonic() + LOAD_SLICE
+            now = now_ms()
+            try:
+                for key, value, expire_at in reader:
+                    if expire_at and expire_at <= now:
+                        expired += 1
+                        continue
+                    keyspace.set(key, value, expire_at, room_checked=True)  # Redis replicas ignore maxmemory too
+                    loaded += 1
+                    if time.monotonic() >= slice_end:
+                        await self._pace()
+                        slice_end = time.monotonic() + LOAD_SLICE
+                        now = now_ms()
+            except (RdbError, OSError) as exc:  # it was read whole a moment ago: the file changed under kvd
+                raise LinkError(
+                    f"the primary's snapshot cannot be loaded after {loaded} of {keys} keys: {exc}"
+                ) from None
+        await self._pace()
+        skipped = ", ".join(f"{n} {kind}" for kind, n in sorted(reader.skipped.items()))
+        log.info(
+            "loaded the primary's snapshot in %.2f s: %d keys (%d old keys flushed; %d expired%s)",
+            time.monotonic() - started,
+            loaded,
+            flushed,
+            expired,
+            f"; passed over, not strings: {skipped}" if skipped else "",
+        )
+
+    async def _pace(self) -> None:
+        """Between two slices of the load: let the log catch up, then let every client have its turn."""
+        seg_log = self.server.keyspace.log
+        if seg_log is not None:
+            written: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
+            if seg_log.when_written(lambda exc: written.done() or written.set_result(exc)):
+                exc = await written
+                if exc is not None:
+                    raise LinkError(f"the log could not write the snapshot's keys: {exc}")
+        await asyncio.sleep(0)
+
+    async def _stream(self, transport: asyncio.Transport, wire: _Wire) -> None:
+        client = self._client = PrimaryClient(self.server, self)
+        self._stream_done = asyncio.get_running_loop().create_future()
+        client.take_over(transport, wire.buf)
+        wire.buf = bytearray()
+        self._wire = None
+        self.state = "connected"
+        self.last_error = ""
+        log.info("replicating from %s:%d at offset %d", self.host, self.port, self.offset)
+        client.send_ack()  # a diskless primary starts the stream on the first ACK
+        timeout = self.server.settings.repl_timeout
+        while not self._stream_done.done():
+            await asyncio.wait([self._stream_done], timeout=ACK_SECONDS)
+            if self._stream_done.done():
+                break
+            client.send_ack()
+            if client.idle(time.monotonic()) > timeout:
+                log.warning("no data from %s:%d for %d s (repl-timeout): reconnecting", self.host, self.port, timeout)
+                client.kill()
+                break
+        self._client = None
+
+    def stream_ended(self, exc: Exception | None) -> None:
+        log.info("replication link to %s:%d lost%s", self.host, self.port, f": {exc}" if exc else "")
+        if self._stream_done is not None and not self._stream_done.done():
+            self._stream_done.set_result(None)
+
+    def send_ack(self) -> None:
+        """REPLCONF GETACK from the primary: report the offset now."""
+        if self._client is not None:
+            self._client.send_ack()
+
+    # -- reports -----------------------------------------------------------------------------------------------
+
+    def role(self) -> tuple[str, int, str, int]:
+        """ROLE's host, port, state and processed offset (-1 until the stream flows)."""
+        return self.host, self.port, self.state, self.offset if self.link_up else -1
+
+    def info(self) -> list[tuple[str, object]]:
+        """INFO replication's lines for a replica, between role and connected_slaves, as Redis 7.0 writes them."""
+        rows: list[tuple[str, object]] = [
+            ("master_host", self.host),
+            ("master_port", self.port),
+            ("master_link_status", "up" if self.link_up else "down"),
+            ("master_last_io_seconds_ago", int(self.last_io()) if self._client or self._wire else -1),
+            ("master_sync_in_progress", int(self.state == "sync")),
+            ("slave_read_repl_offset", self.offset),
+            ("slave_repl_offset", self.offset),
+        ]
+        if self.state == "sync":
+            total = self.sync_total
+            rows += [
+                ("master_sync_total_bytes", total),
+                ("master_sync_read_bytes", self.sync_read),
+                ("master_sync_left_bytes", total - self.sync_read if total >= 0 else -1),
+                ("master_sync_perc", f"{100 * self.sync_read / total:.2f}" if total > 0 else "0.00"),
+                ("master_sync_last_io_seconds_ago", int(self.last_io())),
+            ]
+        if not self.link_up:
+            since = self.down_since
+            rows.append(("master_link_down_since_seconds", int(time.monotonic() - since) if since is not None else -1))
+        rows += [
+            ("slave_priority", 100),
+            ("slave_read_only", int(self.server.settings.replica_read_only)),
+            ("replica_announced", 1),
+        ]
+        return rows
+
+
+def _check(path: Path) -> int:
+    """Read the whole file as the load will (in a thread): its string keys, or RdbError with where it is damaged."""
+    with open(path, "rb", buffering=1 << 20) as f:
+        return sum(1 for _ in RdbReader(f, skip_other_types=True))
+
+
+def _temp_path(directory: str) -> Path:
+    base = Path(directory) if directory and Path(directory).is_dir() else Path(tempfile.gettempdir())
+    return base / f"temp-replica-{os.getpid()}.rdb"
+
+
+def _text(reply: bytes) -> str:
+    return reply[:200].decode("utf-8", "replace")

@@ -1,0 +1,408 @@
+"""The server under test as a replica: ``REPLICAOF`` a real redis-server (or another kvd), then the primary's
+snapshot and stream reach it, its own clients may only read, INFO, ROLE and CLIENT LIST show the link, WAIT on
+the primary counts it, a cut link continues from the backlog, and ``REPLICAOF NO ONE`` makes it a primary again.
+
+The tests without ``kvd_only`` pass with redis-server as the replica too (``KVD_TEST_TARGET=redis``)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+import redis
+from support.server import ServerProcess
+
+pytestmark = [pytest.mark.compat, pytest.mark.timeout(180)]
+
+MiB = 1 << 20
+
+
+def follow(replica: ServerProcess, primary: ServerProcess, timeout: float = 30) -> redis.Redis:
+    """REPLICAOF the primary, and wait until the link is up."""
+    r = replica.client()
+    assert r.replicaof(primary.host, primary.port)
+    wait_link(r, replica, timeout)
+    return r
+
+
+def wait_link(r: redis.Redis, replica: ServerProcess, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while r.info("replication").get("master_link_status") != "up":
+        assert time.monotonic() < deadline, replica.stderr_text()[-3000:]
+        time.sleep(0.05)
+
+
+def same(p: redis.Redis, r: redis.Redis) -> None:
+    """WAIT counts the replica, and then it holds every key of the primary with its value and deadline."""
+    assert p.execute_command("WAIT", 1, 10_000) == 1
+    keys = set(p.keys("*"))
+    assert set(r.keys("*")) == keys
+    for key in keys:
+        assert r.get(key) == p.get(key), key
+        mine, theirs = p.pttl(key), r.pttl(key)
+        assert (mine == -1) == (theirs == -1) and abs(mine - theirs) < 2000, (key, mine, theirs)
+
+
+@pytest.mark.parametrize("diskless", ["yes", "no"])
+def test_a_redis_primary_s_snapshot_and_stream_reach_the_replica(server, redis_server, diskless):
+    """Both transfer forms: a diskless primary's EOF-marked stream, and a file announced with its size."""
+    p = redis_server.client()
+    p.config_set("repl-diskless-sync", diskless)
+    p.config_set("repl-diskless-sync-delay", 0)
+    big = os.urandom(5 * MiB)
+    p.set("big", big)
+    p.set("ttl", "v", ex=900)
+    p.mset({f"small:{i}": f"v{i}" for i in range(2000)})
+    p.set("int", 12345)  # Redis stores it as an integer: the RDB file holds it in its integer form
+    r = follow(server, redis_server)
+    same(p, r)
+    assert r.get("big") == big
+    p.set("s", "v")
+    p.set("px-short", "v", px=150)
+    p.incrby("int", 5)
+    p.append("s", "-appended")
+    p.setrange("s", 1, "X")
+    p.delete("small:1", "small:2")
+    p.expire("small:3", 700)
+    p.persist("ttl")
+    p.set("big2", os.urandom(3 * MiB))
+    with p.pipeline(transaction=True) as tx:
+        tx.set("tx1", "1").incr("tx1").delete("small:5").execute()
+    time.sleep(0.3)
+    same(p, r)
+    assert r.get("px-short") is None
+    p.flushall()
+    p.set("after-flush", "1")
+    same(p, r)
+
+
+def test_a_kvd_primary_s_snapshot_and_stream_reach_a_kvd_replica(server_factory):
+    primary = server_factory()
+    replica = server_factory()
+    p = primary.client()
+    p.set("big", os.urandom(4 * MiB))
+    p.mset({f"k{i}": f"v{i}" for i in range(500)})
+    p.set("ttl", "v", px=60_000)
+    r = follow(replica, primary)
+    same(p, r)
+    p.set("later", os.urandom(MiB))
+    p.delete("k1")
+    p.expire("k2", 500)
+    same(p, r)
+
+
+def test_the_replica_s_clients_may_only_read(server, redis_server):
+    p = redis_server.client()
+    p.set("k", "v")
+    r = follow(server, redis_server)
+    same(p, r)
+    assert r.get("k") == b"v"
+    with pytest.raises(redis.ReadOnlyError, match="You can't write against a read only replica."):
+        r.set("k", "mine")
+    with pytest.raises(redis.ReadOnlyError):
+        r.delete("k")
+    with pytest.raises(redis.ReadOnlyError, match="Command # 2"), r.pipeline(transaction=True) as tx:
+        tx.get("k").set("k", "mine").execute()  # refused when queued: EXEC then aborts
+    assert r.get("k") == b"v"
+    r.config_set("replica-read-only", "no")
+    assert r.info("replication")["slave_read_only"] == 0
+    assert r.set("local", "1")  # a writable replica takes it, and the primary never hears of it
+    assert p.get("local") is None
+    r.config_set("replica-read-only", "yes")
+    with pytest.raises(redis.ReadOnlyError):
+        r.set("local", "2")
+
+
+def test_info_role_and_client_list_show_the_link(server, redis_server):
+    p = redis_server.client()
+    p.set("k", "v")
+    r = follow(server, redis_server)
+    same(p, r)
+    p.set("k2", "v2")
+    same(p, r)
+    info = r.info("replication")
+    assert info["role"] == "slave"
+    assert (info["master_host"], info["master_port"]) == (redis_server.host, redis_server.port)
+    assert info["master_link_status"] == "up"
+    assert info["master_sync_in_progress"] == 0
+    assert info["slave_read_only"] == 1
+    assert info["slave_repl_offset"] == p.info("replication")["master_repl_offset"]
+    role = r.role()
+    assert role[:4] == [b"slave", redis_server.host.encode(), redis_server.port, b"connected"]
+    assert role[4] == info["slave_repl_offset"]
+    masters = [c for c in r.client_list() if "M" in c["flags"]]
+    assert len(masters) == 1
+    primary_role = p.role()
+    assert primary_role[0] == b"master" and len(primary_role[2]) == 1
+    assert int(primary_role[2][0][1]) == server.port  # REPLCONF listening-port reached the primary
+    with pytest.raises(redis.exceptions.ResponseError, match="WAIT cannot be used with replica instances"):
+        r.execute_command("WAIT", 0, 0)
+    assert (
+        r.execute_command("REPLICAOF", redis_server.host, redis_server.port)
+        == b"OK Already connected to specified master"
+    )
+
+
+def test_a_cut_link_continues_from_the_backlog(server, redis_server):
+    p = redis_server.client()
+    p.set("before", "1")
+    r = follow(server, redis_server)
+    same(p, r)
+    full = p.info("stats")["sync_full"]
+    assert r.client_kill_filter(_type="master") == 1
+    p.set("during", os.urandom(MiB))
+    with p.pipeline(transaction=True) as tx:
+        tx.set("tx", "1").incr("tx").execute()
+    wait_link(r, server)
+    same(p, r)
+    stats = p.info("stats")
+    assert stats["sync_full"] == full  # no new snapshot: only what was missed
+    assert stats["sync_partial_ok"] >= 1
+
+
+def test_a_primary_that_goes_away_is_followed_again_when_it_is_back(server, redis_server):
+    p = redis_server.client()
+    p.set("k", "v")
+    r = follow(server, redis_server)
+    same(p, r)
+    redis_server.stop(expect_code=None)
+    deadline = time.monotonic() + 10
+    while r.info("replication")["master_link_status"] != "down":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    info = r.info("replication")
+    assert info["master_link_down_since_seconds"] >= 0
+    assert r.role()[3] in (b"connect", b"connecting")
+    assert r.get("k") == b"v"  # the data stays readable while the primary is away
+    redis_server.start()  # a new history (no persistence): a full resync replaces the data
+    p = redis_server.client()
+    p.set("new", "1")
+    wait_link(r, server)
+    same(p, r)
+    assert r.get("k") is None
+
+
+def test_replicaof_no_one_makes_a_primary_that_keeps_its_data(server, redis_server):
+    p = redis_server.client()
+    p.mset({"a": "1", "b": "2"})
+    r = follow(server, redis_server)
+    same(p, r)
+    assert r.replicaof("NO", "ONE")
+    assert r.info("replication")["role"] == "master"
+    assert r.role()[0] == b"master"
+    assert r.mget("a", "b") == [b"1", b"2"]
+    assert r.set("c", "3")
+    p.set("a", "changed")
+    time.sleep(0.3)
+    assert r.get("a") == b"1"  # no longer following
+    assert r.config_get("replicaof")["replicaof"] == ""
+
+
+def test_masterauth_and_masteruser(server, server_factory, redis_server):
+    p = redis_server.client()
+    p.config_set("requirepass", "s3cret")
+    p = redis.Redis(host=redis_server.host, port=redis_server.port, password="s3cret")
+    p.set("k", "v")
+    r = server.client()
+    r.replicaof(redis_server.host, redis_server.port)
+    time.sleep(1.5)
+    assert r.info("replication")["master_link_status"] == "down"  # NOAUTH: it keeps trying
+    r.config_set("masteruser", "default")
+    r.config_set("masterauth", "s3cret")
+    wait_link(r, server)
+    same(p, r)
+
+
+@pytest.mark.kvd_only  # what kvd does with a Redis primary's other types, and its log
+def test_keys_of_other_types_are_passed_over(server, redis_server):
+    p = redis_server.client()
+    p.set("s", "v")
+    p.rpush("list", "a", "b")
+    p.hset("hash", mapping={"f": "v"})
+    r = follow(server, redis_server)
+    time.sleep(0.2)
+    assert set(r.keys("*")) == {b"s"}
+    assert "passed over, not strings: 1 hash, 1 list" in server.stderr_text()
+    p.set("s2", "v2")
+    p.rpush("list", "c")  # kvd refuses it, says so, and goes on with the stream
+    p.set("s3", "v3")
+    assert p.execute_command("WAIT", 1, 10_000) == 1
+    assert r.mget("s2", "s3") == [b"v2", b"v3"]
+    assert "kvd refused a command from its primary" in server.stderr_text()
+
+
+@pytest.mark.kvd_only  # kvd's segment log: the replica's copy survives its own restart
+def test_a_persistent_replica_restarts_as_a_replica_with_its_data(server_factory, redis_server):
+    replica = server_factory("--persistence", "yes", "--appendfsync", "everysec")
+    p = redis_server.client()
+    p.set("big", os.urandom(2 * MiB))
+    p.mset({f"k{i}": f"v{i}" for i in range(300)})
+    r = follow(replica, redis_server)
+    same(p, r)
+    assert r.config_get("replicaof")["replicaof"] == f"{redis_server.host} {redis_server.port}"
+    redis_server.stop(expect_code=None)  # the primary is away while the replica restarts
+    replica.kill9()
+    replica.restart(["--replicaof", f"{redis_server.host} {redis_server.port}"])
+    r = replica.client()
+    assert r.info("replication")["role"] == "slave"
+    assert r.get("k7") == b"v7" and len(r.get("big")) == 2 * MiB  # recovered from its own log
+    with pytest.raises(redis.ReadOnlyError):
+        r.set("k7", "mine")
+    redis_server.start()
+    p = redis_server.client()
+    p.set("fresh", "1")
+    wait_link(r, replica)
+    same(p, r)
+
+
+def test_a_redis_replica_of_the_replica_gets_the_same_data(server, redis_server, server_factory):
+    """A chain: redis-server -> the server under test -> another redis-server."""
+    from support.server import ServerProcess as Proc
+
+    p = redis_server.client()
+    p.set("k", "v")
+    r = follow(server, redis_server)
+    tail = Proc(server.base / "tail", kind="redis")
+    tail.start()
+    try:
+        t = follow(tail, server)
+        p.set("k2", os.urandom(MiB))
+        same(p, r)
+        deadline = time.monotonic() + 10
+        while t.get("k2") != p.get("k2"):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert t.get("k") == b"v"
+    finally:
+        tail.stop(expect_code=None)
+
+
+def test_replicaof_checks_its_port(server):
+    r = server.client()
+    with pytest.raises(redis.exceptions.ResponseError, match="Invalid master port"):
+        r.execute_command("REPLICAOF", "127.0.0.1", "70000")
+    with pytest.raises(redis.exceptions.ResponseError, match="Invalid master port"):
+        r.execute_command("REPLICAOF", "127.0.0.1", "port")
+    assert r.info("replication")["role"] == "master"
+
+
+class FakePrimary:
+    """A peer that speaks just enough of a primary's side to send the replica a chosen snapshot: it answers the
+    handshake, then every PSYNC with +FULLRESYNC and ``payload``, then closes. Not a stand-in for the server
+    under test: the damaged transfers it sends are what no real primary can be made to send on demand."""
+
+    def __init__(self, payload: bytes) -> None:
+        import socket
+        import threading
+
+        self.payload = payload
+        self.psyncs = 0
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.host = "127.0.0.1"
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn, conn.makefile("rb") as f:
+                try:
+                    while True:
+                        argv = self._command(f)
+                        name = argv[0].lower()
+                        if name == b"ping":
+                            conn.sendall(b"+PONG\r\n")
+                        elif name == b"psync":
+                            self.psyncs += 1
+                            conn.sendall(b"+FULLRESYNC " + b"f" * 40 + b" 0\r\n" + self.payload)
+                            break
+                        else:
+                            conn.sendall(b"+OK\r\n")
+                except (OSError, ValueError):
+                    pass
+
+    @staticmethod
+    def _command(f) -> list[bytes]:
+        head = f.readline()
+        if not head.startswith(b"*"):
+            raise ValueError(head)
+        argv = []
+        for _ in range(int(head[1:])):
+            n = int(f.readline()[1:])
+            argv.append(f.read(n + 2)[:-2])
+        return argv
+
+    def wait_psyncs(self, n: int, timeout: float = 20) -> None:
+        deadline = time.monotonic() + timeout
+        while self.psyncs < n:
+            assert time.monotonic() < deadline, f"{self.psyncs} PSYNC so far"
+            time.sleep(0.05)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_a_transfer_cut_short_keeps_the_data_held(server):
+    r = server.client()
+    r.set("mine", "1")
+    fake = FakePrimary(b"$100000\r\nREDIS0009")  # then the connection closes
+    try:
+        r.replicaof(fake.host, fake.port)
+        fake.wait_psyncs(2)  # it failed, and tried again
+        assert r.info("replication")["master_link_status"] == "down"
+        assert r.get("mine") == b"1"
+    finally:
+        r.replicaof("NO", "ONE")
+        fake.close()
+
+
+@pytest.mark.kvd_only  # Redis flushes before it finds the damage
+def test_a_damaged_snapshot_is_refused_before_the_data_held_goes(server):
+    r = server.client()
+    r.set("mine", "1")
+    rdb = b"REDIS0009\xfe\x00\x00\x01k\x01v\xff" + b"\x01" * 8  # one key, and a checksum that does not match
+    fake = FakePrimary(b"$%d\r\n" % len(rdb) + rdb)
+    try:
+        r.replicaof(fake.host, fake.port)
+        fake.wait_psyncs(2)
+        assert r.get("mine") == b"1" and r.get("k") is None
+        assert "the primary's snapshot is damaged, the data held is kept: checksum mismatch" in server.stderr_text()
+        assert not list(server.dir.glob("temp-replica-*"))  # the transfer's file does not stay behind
+    finally:
+        r.replicaof("NO", "ONE")
+        fake.close()
+
+
+def test_a_replica_of_itself_never_comes_up_and_keeps_serving(server):
+    """Its own PSYNC meets its own link, which is down: NOMASTERLINK, as Redis answers, and no loop."""
+    r = server.client()
+    r.set("mine", "1")
+    r.replicaof(server.host, server.port)
+    time.sleep(2.5)
+    assert r.info("replication")["master_link_status"] == "down"
+    assert r.get("mine") == b"1"
+    with pytest.raises(redis.exceptions.ResponseError, match="NOMASTERLINK Can't SYNC while not connected"):
+        r.execute_command("PSYNC", "?", "-1")
+    r.replicaof("NO", "ONE")
+    assert r.info("replication")["role"] == "master"
+
+
+def test_failover_from_a_redis_primary_hands_the_role_to_the_replica(server, redis_server):
+    p = redis_server.client()
+    p.mset({"a": "1", "b": "2"})
+    r = follow(server, redis_server)
+    same(p, r)
+    assert p.execute_command("FAILOVER", "TIMEOUT", 10_000) == b"OK"
+    deadline = time.monotonic() + 30
+    while r.info("replication")["role"] != "master" or p.info("replication").get("master_link_status") != "up":
+        assert time.monotonic() < deadline, server.stderr_text()[-3000:]
+        time.sleep(0.05)
+    assert p.info("replication")["master_port"] == server.port  # the old primary follows the new one
+    assert r.set("c", "3")
+    same(r, p)
+    assert p.mget("a", "b", "c") == [b"1", b"2", b"3"]
