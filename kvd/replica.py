@@ -68,6 +68,7 @@ ACK_SECONDS = 1.0
 LOAD_SLICE = 0.01  # seconds of loading between two turns of the event loop
 WIRE_HIGH = 4 << 20  # the handshake connection stops reading past this much unconsumed data
 EOF_MARK_LEN = 40  # RDB_EOF_MARK_SIZE
+LOG_LAG_MAX = 64 << 20  # the stream is read on while the log has less than this left to write
 _NO_HISTORY = "?"
 
 
@@ -205,6 +206,18 @@ class PrimaryClient(Client):
         if self._reading and not self._closed:
             transport.resume_reading()
 
+    def _end_batch(self) -> None:
+        # A client's replies wait until the log has its batch's writes; these replies are dropped, so the stream
+        # need not wait (Redis's master client does not wait for its AOF either). Only a log far behind makes
+        # reading wait for it, so the records queued for the writer stay bounded.
+        seg_log = self.keyspace.log
+        if self._log_dirty and seg_log is not None and seg_log.pending_bytes < LOG_LAG_MAX:
+            self._log_dirty = False
+            self._write_spans.clear()
+            self._finish_batch()
+            return
+        super()._end_batch()
+
     def hold_commands(self) -> None:
         pass  # CLIENT PAUSE holds clients, never the primary's stream (Redis exempts its master too)
 
@@ -215,7 +228,7 @@ class PrimaryClient(Client):
         link = self.link
         counted = not self.executing_transaction  # EXEC's queued commands were counted when they were queued
         if counted:
-            if self._multi is None and bytes(argv[0]).lower() == b"multi":
+            if len(argv) == 1 and self._multi is None and bytes(argv[0]).lower() == b"multi":
                 self._offset_at_multi = link.offset
             link.offset += command_size(argv)
         result = super()._execute(argv)

@@ -1,7 +1,8 @@
 #!/usr/bin/env python
-"""What a replica costs its primary, kvd against redis-server, in one run:
+"""Replication, kvd against redis-server in one run: what a replica costs its primary, and how fast each follows one.
 
-    .venv/bin/python scripts/bench_replication.py            # about 2 minutes
+    .venv/bin/python scripts/bench_replication.py                 # both parts, about 3 minutes
+    .venv/bin/python scripts/bench_replication.py --part primary  # or --part replica
 
 For each primary (Debian's redis-server, kvd; persistence off on both) it measures writes without a replica and
 with one attached (a redis-server started with ``--replicaof``), and reports each figure with a replica as a
@@ -10,6 +11,12 @@ ratio to the same primary without one, and kvd against Redis:
 * small writes: ``redis-benchmark -t set -d 64 -P 16 -c 50 -r 100000`` (requests per second);
 * large writes: SET of 1 MiB values from one redis-py client for a fixed time (GB/s);
 * the replica's lag at the end: how long ``WAIT 1 10000`` took after the last write.
+
+The replica part: one redis-server primary (persistence off, its default diskless transfer) holding 512 x 1 MiB
+values and 200 000 small keys; a replica of each kind (redis-server, kvd with persistence off, kvd with the log on
+at ``everysec``) is pointed at it with REPLICAOF in turn and timed until its link is up with every key loaded (the
+full resynchronisation); then, with that replica attached, the primary takes 1 MiB SETs and small pipelined SETs
+as above, and ``WAIT 1`` after the last write says how far the replica was behind.
 
 Every load loop is bounded in time and count; every server is stopped at the end.
 """
@@ -81,11 +88,86 @@ def large_writes(port: int, seconds: float, replicated: bool) -> tuple[float, fl
     return done * MiB / elapsed / 1e9, (time.perf_counter() - t) * 1000 if replicated else 0.0
 
 
+def fill_primary(port: int, large: int, small: int) -> None:
+    c = redis.Redis(port=port)
+    value = bytes(range(256)) * (MiB // 256)
+    with c.pipeline(transaction=False) as pipe:
+        for i in range(large):
+            pipe.set(b"chunk:%d" % i, value)
+            if i % 16 == 15:
+                pipe.execute()
+        pipe.execute()
+    for start in range(0, small, 10_000):
+        c.mset({b"small:%08d" % i: b"v" * 16 for i in range(start, min(small, start + 10_000))})
+
+
+def follow_time(replica: Server, primary: Server) -> float:
+    """Seconds from REPLICAOF until the link is up and every key is there."""
+    keys = redis.Redis(port=primary.port).dbsize()
+    r = redis.Redis(port=replica.port)
+    start = time.perf_counter()
+    r.replicaof("127.0.0.1", primary.port)
+    deadline = time.monotonic() + 300
+    while r.info("replication").get("master_link_status") != "up" or r.dbsize() != keys:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{replica.name} did not catch up: {replica.log.read_text()[-2000:]}")
+        time.sleep(0.01)
+    return time.perf_counter() - start
+
+
+def replica_part(workdir: Path, seconds: float) -> None:
+    large, small = 512, 200_000
+    primary = start_redis("primary", "off", workdir)
+    results: dict[str, tuple[float, float, float, float, float]] = {}
+    try:
+        fill_primary(primary.port, large, small)
+        for name in ("redis", "kvd", "kvd-everysec"):
+            if name == "redis":
+                replica = start_redis(f"replica-{name}", "off", workdir)
+            else:
+                replica = start_kvd(f"replica-{name}", "uvloop", "everysec" if "everysec" in name else "off", workdir)
+            try:
+                sync_s = follow_time(replica, primary)
+                gbps, lag_large = large_writes(primary.port, seconds, True)
+                ops = small_writes(primary.port, seconds)
+                t = time.perf_counter()
+                redis.Redis(port=primary.port).execute_command("WAIT", 1, 10_000)
+                lag_small = (time.perf_counter() - t) * 1000
+            finally:
+                replica.stop()
+            results[name] = (sync_s, gbps, lag_large, ops, lag_small)
+            print(f"replica {name}: full sync {sync_s:.2f} s, primary {gbps:.2f} GB/s of 1 MiB SETs (WAIT "
+                  f"after {lag_large:.1f} ms), {ops:.0f} SET/s -P 16 (WAIT after {lag_small:.1f} ms)",
+                  flush=True)  # fmt: skip
+    finally:
+        primary.stop()
+    print()
+    print(f"redis-server primary, {large} x 1 MiB + {small} small keys (+ redis-benchmark's 100 000 after the first "
+          "round); the replica is:")  # fmt: skip
+    print()
+    print("| replica | full sync s | redis / it | primary's SET 1 MiB GB/s | WAIT 1 after, ms | primary's SET -d 64 "
+          "-P 16 req/s | WAIT 1 after, ms |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|")
+    base = results["redis"][0]
+    for name, (sync_s, gbps, lag_large, ops, lag_small) in results.items():
+        print(f"| {name} | {sync_s:.2f} | {base / sync_s:.2f}x | {gbps:.2f} | {lag_large:.1f} | {ops:.0f} | "
+              f"{lag_small:.1f} |")  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=4.0, help="per measurement")
+    ap.add_argument("--part", choices=("primary", "replica", "both"), default="both")
     args = ap.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="kvd-bench-repl-"))
+    if args.part in ("replica", "both"):
+        try:
+            replica_part(workdir, args.seconds)
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+        if args.part == "replica":
+            return
+        workdir = Path(tempfile.mkdtemp(prefix="kvd-bench-repl-"))
     results: dict[tuple[str, bool], tuple[float, float, float]] = {}
     try:
         for kind in ("redis", "kvd"):

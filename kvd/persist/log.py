@@ -416,6 +416,11 @@ class SegmentLog(SegmentLogHooks):
         except Exception:  # one waiter's bug must not keep the others (later clients' replies) waiting
             self.logger.exception("a write barrier's waiter failed")
 
+    @property
+    def pending_bytes(self) -> int:
+        """Bytes appended and not yet written: how far the writer is behind the keyspace."""
+        return self._pending_bytes
+
     def misconf(self) -> str | None:
         return self._misconf
 

@@ -406,3 +406,24 @@ def test_failover_from_a_redis_primary_hands_the_role_to_the_replica(server, red
     assert r.set("c", "3")
     same(r, p)
     assert p.mget("a", "b", "c") == [b"1", b"2", b"3"]
+
+
+@pytest.mark.kvd_only  # kvd's segment log
+def test_a_persistent_replica_logs_a_write_flood_and_keeps_it_across_a_clean_restart(server_factory, redis_server):
+    """The stream is not held back for the log, as clients' replies are: the log still gets every write."""
+    replica = server_factory("--persistence", "yes", "--appendfsync", "everysec")
+    p = redis_server.client()
+    r = follow(replica, redis_server)
+    with p.pipeline(transaction=False) as pipe:
+        for i in range(30_000):
+            pipe.set(b"flood:%d" % i, b"v%d" % i)
+            if i % 1000 == 999:
+                pipe.execute()
+        pipe.execute()
+    p.set("big", os.urandom(3 * MiB))
+    same(p, r)
+    redis_server.stop(expect_code=None)
+    replica.restart()  # SIGTERM: the log is drained and fsynced
+    r = replica.client()
+    assert r.dbsize() == 30_001
+    assert r.get("flood:29999") == b"v29999" and len(r.get("big")) == 3 * MiB
