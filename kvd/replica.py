@@ -428,12 +428,19 @@ class ReplicaLink:
         )
         path = _temp_path(self.server.settings.dir)
         try:
+            started = time.monotonic()
             await self._receive_file(wire, path, mark)
-            self.state = "sync"
+            received = time.monotonic()
             try:  # the whole file is read once before the old data goes, as kvd-load-rdb checks its input
                 checked = await asyncio.get_running_loop().run_in_executor(None, _check, path)
             except (RdbError, OSError) as exc:
                 raise LinkError(f"the primary's snapshot is damaged, the data held is kept: {exc}") from None
+            log.info(
+                "received the primary's snapshot (%d bytes) in %.2f s, checked it in %.2f s",
+                self.sync_read,
+                received - started,
+                time.monotonic() - received,
+            )
             self.replid, self.offset = _NO_HISTORY, -1  # the old data goes now: a failed load cannot be continued
             await self._load(path, checked)
         finally:
