@@ -81,7 +81,7 @@ class _Discard(list):  # type: ignore[type-arg]
         pass
 
 
-_DISCARD = _Discard()
+DISCARD = _Discard()
 
 
 class Client(asyncio.BufferedProtocol):
@@ -535,11 +535,11 @@ class Client(asyncio.BufferedProtocol):
         writer = self.reply
         if mode == b"skip":
             if writer.out is self._out:
-                writer.out = _DISCARD
+                writer.out = DISCARD
                 self._reply_skip = 2  # this command, then the next one
                 self._watch_ns = -1  # every command goes past _slow, which counts them down
             return
-        writer.out = self._out if mode == b"on" else _DISCARD
+        writer.out = self._out if mode == b"on" else DISCARD
         self._reply_skip = 0
         self._watch_ns = self.server.watch_ns
 

@@ -25,7 +25,9 @@ The link (``ReplicaLink``) is one task and at most one connection, in the steps 
                counted in the log; keys whose deadline has passed are not loaded.
     streaming  the connection becomes a client (``PrimaryClient``) whose commands run like any client's and
                whose replies are dropped, except REPLCONF GETACK, answered with ``REPLCONF ACK <offset>``; the
-               offset also goes to the primary once a second, which is what its WAIT counts.
+               offset also goes to the primary once a second, which is what its WAIT counts. Its batches do not
+               wait for the log as a client's replies do (nobody reads these); reading waits only while the log
+               has ``LOG_LAG_MAX`` bytes or more left to write.
 
 Offsets. ``offset`` counts the bytes of every command that reached the keyspace, as the canonical RESP size of
 its arguments (primaries send commands in that form). A cut link goes back to connect after a second and asks
@@ -54,7 +56,7 @@ from typing import TYPE_CHECKING, Any
 
 import aiofiles
 
-from kvd.connection import _DISCARD, Client
+from kvd.connection import DISCARD, Client
 from kvd.persist.rdb import RdbError, RdbReader
 from kvd.store.keyspace import now_ms
 
@@ -182,7 +184,7 @@ class PrimaryClient(Client):
         super().__init__(server)
         self.link = link
         self.set_authenticated(True)
-        self.reply.out = _DISCARD  # as Redis's master client: nothing goes back but REPLCONF ACK
+        self.reply.out = DISCARD  # as Redis's master client: nothing goes back but REPLCONF ACK
         self.reply.on_error = self._refused
         self._offset_at_multi = -1  # link.offset before the MULTI of a transaction not yet executed
         self._errors_logged_at = 0.0
