@@ -12,18 +12,19 @@ import time
 import pytest
 import redis
 from support.server import ServerProcess
+from test_rdb_snapshot import fill
+from test_replication import every_kind_of_change, same  # same: WAIT counts the replica, then it equals the primary
+from test_replication import follow as follow_primary
 
 pytestmark = [pytest.mark.compat, pytest.mark.timeout(180)]
 
 MiB = 1 << 20
 
 
-def follow(replica: ServerProcess, primary: ServerProcess, timeout: float = 30) -> redis.Redis:
-    """REPLICAOF the primary, and wait until the link is up."""
-    r = replica.client()
-    assert r.replicaof(primary.host, primary.port)
-    wait_link(r, replica, timeout)
-    return r
+def follow(replica: ServerProcess, primary: ServerProcess) -> redis.Redis:
+    """REPLICAOF the primary, wait until the link is up, and return a client of the replica."""
+    follow_primary(replica, primary)
+    return replica.client()
 
 
 def wait_link(r: redis.Redis, replica: ServerProcess, timeout: float = 30) -> None:
@@ -33,48 +34,19 @@ def wait_link(r: redis.Redis, replica: ServerProcess, timeout: float = 30) -> No
         time.sleep(0.05)
 
 
-def same(p: redis.Redis, r: redis.Redis) -> None:
-    """WAIT counts the replica, and then it holds every key of the primary with its value and deadline."""
-    assert p.execute_command("WAIT", 1, 10_000) == 1
-    keys = set(p.keys("*"))
-    assert set(r.keys("*")) == keys
-    for key in keys:
-        assert r.get(key) == p.get(key), key
-        mine, theirs = p.pttl(key), r.pttl(key)
-        assert (mine == -1) == (theirs == -1) and abs(mine - theirs) < 2000, (key, mine, theirs)
-
-
 @pytest.mark.parametrize("diskless", ["yes", "no"])
 def test_a_redis_primary_s_snapshot_and_stream_reach_the_replica(server, redis_server, diskless):
-    """Both transfer forms: a diskless primary's EOF-marked stream, and a file announced with its size."""
+    """Both transfer forms: a diskless primary's EOF-marked stream, and a file announced with its size; Redis's
+    integer and LZF encodings in the file; then every kind of write as a Redis primary propagates it."""
     p = redis_server.client()
     p.config_set("repl-diskless-sync", diskless)
     p.config_set("repl-diskless-sync-delay", 0)
-    big = os.urandom(5 * MiB)
-    p.set("big", big)
-    p.set("ttl", "v", ex=900)
-    p.mset({f"small:{i}": f"v{i}" for i in range(2000)})
-    p.set("int", 12345)  # Redis stores it as an integer: the RDB file holds it in its integer form
+    values = fill(p)
     r = follow(server, redis_server)
     same(p, r)
-    assert r.get("big") == big
-    p.set("s", "v")
-    p.set("px-short", "v", px=150)
-    p.incrby("int", 5)
-    p.append("s", "-appended")
-    p.setrange("s", 1, "X")
-    p.delete("small:1", "small:2")
-    p.expire("small:3", 700)
-    p.persist("ttl")
-    p.set("big2", os.urandom(3 * MiB))
-    with p.pipeline(transaction=True) as tx:
-        tx.set("tx1", "1").incr("tx1").delete("small:5").execute()
-    time.sleep(0.3)
-    same(p, r)
-    assert r.get("px-short") is None
-    p.flushall()
-    p.set("after-flush", "1")
-    same(p, r)
+    assert r.get(b"above-offload") == values[b"above-offload"][0]
+    every_kind_of_change(p, r)
+    assert r.dbsize() == 1
 
 
 def test_a_kvd_primary_s_snapshot_and_stream_reach_a_kvd_replica(server_factory):

@@ -52,6 +52,12 @@ def test_every_kind_of_change_reaches_a_redis_replica(server, replica):
     follow(replica, server)
     r = replica.client()
     same(p, r)
+    every_kind_of_change(p, r)
+    assert r.dbsize() == 1
+
+
+def every_kind_of_change(p, r) -> None:
+    """Writes of every kind on the primary ``p`` (whose keys ``fill`` made), each time followed by ``same``."""
     p.set("s", "v")
     p.set("ex", "v", ex=500)
     p.set("px-short", "v", px=150)
@@ -78,7 +84,6 @@ def test_every_kind_of_change_reaches_a_redis_replica(server, replica):
     p.flushall()
     p.set("after-flush", "1")
     same(p, r)
-    assert r.dbsize() == 1
 
 
 def test_writes_during_the_first_sync_reach_the_replica(server, replica):
