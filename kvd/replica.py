@@ -431,7 +431,10 @@ class ReplicaLink:
         path = _temp_path(self.server.settings.dir)
         try:
             started = time.monotonic()
-            await self._receive_file(wire, path, mark)
+            try:
+                await self._receive_file(wire, path, mark)
+            except OSError as exc:  # the disk, not the network: a full disk, an unwritable dir
+                raise LinkError(f"the snapshot could not be written to {path}: {exc.strerror or exc}") from None
             received = time.monotonic()
             try:  # the whole file is read once before the old data goes, as kvd-load-rdb checks its input
                 checked = await asyncio.get_running_loop().run_in_executor(None, _check, path)

@@ -264,11 +264,12 @@ class FakePrimary:
     handshake, then every PSYNC with +FULLRESYNC and ``payload``, then closes. Not a stand-in for the server
     under test: the damaged transfers it sends are what no real primary can be made to send on demand."""
 
-    def __init__(self, payload: bytes) -> None:
+    def __init__(self, payload: bytes, hold: float = 0) -> None:
         import socket
         import threading
 
         self.payload = payload
+        self.hold = hold  # seconds the connection stays open, silent, after the payload
         self.psyncs = 0
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
@@ -277,26 +278,32 @@ class FakePrimary:
         self._thread.start()
 
     def _serve(self) -> None:
+        import threading
+
         while True:
             try:
                 conn, _ = self.sock.accept()
             except OSError:
                 return
-            with conn, conn.makefile("rb") as f:
-                try:
-                    while True:
-                        argv = self._command(f)
-                        name = argv[0].lower()
-                        if name == b"ping":
-                            conn.sendall(b"+PONG\r\n")
-                        elif name == b"psync":
-                            self.psyncs += 1
-                            conn.sendall(b"+FULLRESYNC " + b"f" * 40 + b" 0\r\n" + self.payload)
-                            break
-                        else:
-                            conn.sendall(b"+OK\r\n")
-                except (OSError, ValueError):
-                    pass
+            threading.Thread(target=self._talk, args=(conn,), daemon=True).start()
+
+    def _talk(self, conn) -> None:
+        with conn, conn.makefile("rb") as f:
+            try:
+                while True:
+                    argv = self._command(f)
+                    name = argv[0].lower()
+                    if name == b"ping":
+                        conn.sendall(b"+PONG\r\n")
+                    elif name == b"psync":
+                        self.psyncs += 1
+                        conn.sendall(b"+FULLRESYNC " + b"f" * 40 + b" 0\r\n" + self.payload)
+                        time.sleep(self.hold)
+                        return
+                    else:
+                        conn.sendall(b"+OK\r\n")
+            except (OSError, ValueError):
+                pass
 
     @staticmethod
     def _command(f) -> list[bytes]:
@@ -399,3 +406,21 @@ def test_a_persistent_replica_logs_a_write_flood_and_keeps_it_across_a_clean_res
     r = replica.client()
     assert r.dbsize() == 30_001
     assert r.get("flood:29999") == b"v29999" and len(r.get("big")) == 3 * MiB
+
+
+def test_a_silent_primary_is_dropped_after_repl_timeout(server):
+    """An empty snapshot, then nothing at all: after repl-timeout the replica gives up on the link and connects
+    again, rather than waiting for ever on a primary that hung."""
+    r = server.client()
+    r.config_set("repl-timeout", 2)
+    empty = b"REDIS0009\xff" + bytes(8)  # no keys; a zero checksum means "not computed"
+    fake = FakePrimary(b"$%d\r\n" % len(empty) + empty, hold=30)
+    try:
+        r.replicaof(fake.host, fake.port)
+        wait_link(r, server, timeout=10)  # the empty snapshot loaded: the link is up, then silence
+        started = time.monotonic()
+        fake.wait_psyncs(2, timeout=15)
+        assert 1.5 < time.monotonic() - started < 10
+    finally:
+        r.replicaof("NO", "ONE")
+        fake.close()
