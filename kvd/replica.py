@@ -285,8 +285,6 @@ class ReplicaLink:
         self.sync_read = 0
         self.down_since: float | None = None  # when the link went down; None: never up since REPLICAOF
         self.last_error = ""
-        self.full_syncs = 0
-        self.partial_syncs = 0
         self._client: PrimaryClient | None = None
         self._wire: _Wire | None = None
         self._stream_done: asyncio.Future[None] | None = None
@@ -383,7 +381,6 @@ class ReplicaLink:
             parts = reply.split()
             if len(parts) > 1:
                 self.replid = parts[1].decode("ascii", "replace")  # the primary's history got a new name
-            self.partial_syncs += 1
             log.info("replication from %s:%d continues at offset %d", self.host, self.port, self.offset + 1)
         else:
             raise LinkError(f"the primary refused PSYNC: {_text(reply)}")
@@ -452,7 +449,6 @@ class ReplicaLink:
             with contextlib.suppress(OSError):
                 path.unlink()
         self.replid, self.offset = replid, offset
-        self.full_syncs += 1
 
     async def _receive_file(self, wire: _Wire, path: Path, mark: bytes | None) -> None:
         self.sync_read = 0
