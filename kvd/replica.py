@@ -461,17 +461,20 @@ class ReplicaLink:
                     left -= len(data)
                     self.sync_read += len(data)
                 return
-            tail = bytearray()  # the last bytes seen, which may be the mark: written once more follows
-            while True:
-                tail += await wire.take(8 << 20)
-                if len(tail) >= EOF_MARK_LEN and tail[-EOF_MARK_LEN:] == mark:
-                    await f.write(tail[:-EOF_MARK_LEN])
-                    self.sync_read += len(tail) - EOF_MARK_LEN
-                    return
-                if len(tail) > EOF_MARK_LEN:
-                    await f.write(tail[:-EOF_MARK_LEN])
-                    self.sync_read += len(tail) - EOF_MARK_LEN
-                    del tail[:-EOF_MARK_LEN]
+            held = b""  # the last bytes received, which may be the mark: written once more has come
+            while held != mark:  # as Redis, the mark is looked for at the end of each read
+                chunk = await wire.take(8 << 20)
+                if len(chunk) >= EOF_MARK_LEN:  # the common case: the chunk itself goes out, as a view
+                    body = memoryview(chunk)[:-EOF_MARK_LEN]
+                    await f.write(held)
+                    await f.write(body)
+                    self.sync_read += len(held) + len(body)
+                    held = bytes(chunk[-EOF_MARK_LEN:])
+                else:
+                    joined = held + chunk
+                    await f.write(joined[:-EOF_MARK_LEN])
+                    self.sync_read += max(0, len(joined) - EOF_MARK_LEN)
+                    held = bytes(joined[-EOF_MARK_LEN:])
 
     async def _load(self, path: Path, keys: int) -> None:
         """Replace the keyspace with the file's ``keys`` string keys, a slice at a time."""
@@ -564,7 +567,7 @@ class ReplicaLink:
             ("master_host", self.host),
             ("master_port", self.port),
             ("master_link_status", "up" if self.link_up else "down"),
-            ("master_last_io_seconds_ago", int(self.last_io()) if self._client or self._wire else -1),
+            ("master_last_io_seconds_ago", int(self.last_io())),
             ("master_sync_in_progress", int(self.state == "sync")),
             ("slave_read_repl_offset", self.offset),
             ("slave_repl_offset", self.offset),

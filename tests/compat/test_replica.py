@@ -103,6 +103,7 @@ def test_info_role_and_client_list_show_the_link(server, redis_server):
     role = r.role()
     assert role[:4] == [b"slave", redis_server.host.encode(), redis_server.port, b"connected"]
     assert role[4] == info["slave_repl_offset"]
+    assert r.execute_command("HELLO", 3)[b"role"] == b"replica"
     masters = [c for c in r.client_list() if "M" in c["flags"]]
     assert len(masters) == 1
     primary_role = p.role()
@@ -264,11 +265,11 @@ class FakePrimary:
     handshake, then every PSYNC with +FULLRESYNC and ``payload``, then closes. Not a stand-in for the server
     under test: the damaged transfers it sends are what no real primary can be made to send on demand."""
 
-    def __init__(self, payload: bytes, hold: float = 0) -> None:
+    def __init__(self, payload: bytes | list[bytes], hold: float = 0) -> None:
         import socket
         import threading
 
-        self.payload = payload
+        self.payload = [payload] if isinstance(payload, bytes) else payload  # pieces, sent 50 ms apart
         self.hold = hold  # seconds the connection stays open, silent, after the payload
         self.psyncs = 0
         self.sock = socket.create_server(("127.0.0.1", 0))
@@ -297,7 +298,10 @@ class FakePrimary:
                         conn.sendall(b"+PONG\r\n")
                     elif name == b"psync":
                         self.psyncs += 1
-                        conn.sendall(b"+FULLRESYNC " + b"f" * 40 + b" 0\r\n" + self.payload)
+                        conn.sendall(b"+FULLRESYNC " + b"f" * 40 + b" 0\r\n")
+                        for piece in self.payload:
+                            time.sleep(0.05)
+                            conn.sendall(piece)
                         time.sleep(self.hold)
                         return
                     else:
@@ -421,6 +425,23 @@ def test_a_silent_primary_is_dropped_after_repl_timeout(server):
         started = time.monotonic()
         fake.wait_psyncs(2, timeout=15)
         assert 1.5 < time.monotonic() - started < 10
+    finally:
+        r.replicaof("NO", "ONE")
+        fake.close()
+
+
+def test_an_eof_marked_snapshot_whose_mark_arrives_in_pieces(server):
+    """A diskless primary's transfer ends with a 40-byte mark, which may come split over reads."""
+    r = server.client()
+    rdb = b"REDIS0009\xfe\x00\x00\x03key\x05value\xff" + bytes(8)  # one key; no checksum computed
+    mark = b"m" * 40
+    pieces = [b"$EOF:" + mark + b"\r\n" + rdb[:-10], rdb[-10:] + mark[:20], mark[20:35], mark[35:]]
+    fake = FakePrimary(pieces, hold=5)
+    try:
+        r.replicaof(fake.host, fake.port)
+        wait_link(r, server, timeout=10)
+        assert r.get("key") == b"value"
+        assert r.dbsize() == 1
     finally:
         r.replicaof("NO", "ONE")
         fake.close()
