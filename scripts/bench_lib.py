@@ -15,6 +15,16 @@ The one-thread ceiling (``python scripts/bench_lib.py ceiling-1t PORT``) answers
 single thread that serves every connection from one ``epoll`` loop, as redis-server and kvd do. With several
 clients it is the most a single-threaded server could move here; the gap between the two ceilings is what
 only more threads or processes could win.
+
+The store ceiling (``python scripts/bench_lib.py ceiling-store PORT``) is the forked ceiling with one change: its
+memory is a store's. Each connection's SETs land in as many buffers, in rotation, as that client has keys in
+the workload (``store_slots``: 64 MiB of them, as ``bench_server.plan``'s ``nset``), and its GETs are sent from
+as many buffers as the workload reads (128 MiB of them, as ``nget``), where the other ceilings reuse one
+buffer that stays in the core's caches. A server that keeps what it receives cannot do that: every SET of a
+rotating key set writes memory that left the caches since it was last written. So the gap between the forked
+ceiling and this one is what keeping the values costs on this machine, before any server code runs.
+``ceiling-1t-store`` is the one-thread ceiling with the same memory: the most a single-threaded server that
+keeps its values could move here.
 """
 
 from __future__ import annotations
@@ -189,9 +199,36 @@ class RawClient:
 # -- the ceiling server ---------------------------------------------------------------------------------------
 
 
-def _ceil_handle(conn: socket.socket, cap: int) -> None:
+def store_slots(op: bytes, n: int) -> int:
+    """How many distinct buffers the store ceiling rotates over for requests of ``n`` payload bytes: the number of
+    keys one client of ``bench_server.py`` writes (SET: 64 MiB of values), or that the clients read (GET and MGET:
+    128 MiB)."""
+    n = max(n, 1)
+    if op == b"S":
+        return max(2, min(64, (64 * MiB) // n))
+    return max(2, min(256, (128 * MiB) // n))
+
+
+class _Rotation:
+    """The store ceiling's memory: per payload size, ``store_slots`` pre-faulted buffers used in turn."""
+
+    def __init__(self) -> None:
+        self.rings: dict[tuple[bytes, int], tuple[list[memoryview], list[int]]] = {}
+
+    def next(self, op: bytes, n: int) -> memoryview:
+        ring = self.rings.get((op, n))
+        if ring is None:
+            bufs = [memoryview(bytearray(b"\x01") * n) for _ in range(store_slots(op, n))]  # written: faulted in
+            ring = self.rings[(op, n)] = (bufs, [0])
+        bufs, at = ring
+        at[0] = (at[0] + 1) % len(bufs)
+        return bufs[at[0]]
+
+
+def _ceil_handle(conn: socket.socket, cap: int, store: bool = False) -> None:
     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    buf = bytearray(cap)
+    rotation = _Rotation() if store else None
+    buf = bytearray(cap if not store else 0)
     mv = memoryview(buf)
     hdr = bytearray(_CEIL_HDR.size)
     hmv = memoryview(hdr)
@@ -206,6 +243,8 @@ def _ceil_handle(conn: socket.socket, cap: int) -> None:
             op, n = _CEIL_HDR.unpack(hdr)
             if n > cap:
                 return
+            if rotation is not None:
+                mv = rotation.next(op, n)
             if op == b"S":
                 got = 0
                 while got < n:
@@ -222,8 +261,9 @@ def _ceil_handle(conn: socket.socket, cap: int) -> None:
         conn.close()
 
 
-def ceiling_server(port: int, cap: int, lifetime: float) -> None:
-    """A process per connection (no GIL between connections); exits after ``lifetime`` seconds at most."""
+def ceiling_server(port: int, cap: int, lifetime: float, store: bool = False) -> None:
+    """A process per connection (no GIL between connections); exits after ``lifetime`` seconds at most. ``store``:
+    the store ceiling (rotating buffers, module docstring)."""
     srv = socket.socket()
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     srv.bind(("127.0.0.1", port))
@@ -245,7 +285,7 @@ def ceiling_server(port: int, cap: int, lifetime: float) -> None:
                 srv.close()
                 conn.settimeout(None)
                 try:
-                    _ceil_handle(conn, cap)
+                    _ceil_handle(conn, cap, store)
                 finally:
                     os._exit(0)
             children.add(pid)
@@ -263,18 +303,21 @@ def ceiling_server(port: int, cap: int, lifetime: float) -> None:
 class _CeilConn:
     """One connection of the one-thread ceiling: reading a header, reading a payload, or writing a reply."""
 
-    __slots__ = ("got", "hdr", "need", "out", "sock")
+    __slots__ = ("dest", "got", "hdr", "need", "out", "rotation", "sock")
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, store: bool) -> None:
         self.sock = sock
+        self.rotation = _Rotation() if store else None
+        self.dest: memoryview | None = None  # where the SET being received lands
         self.hdr = bytearray(_CEIL_HDR.size)
         self.got = 0
         self.need = -1  # payload bytes of the SET being received; -1: reading a header
         self.out: memoryview | None = None
 
 
-def ceiling_one_thread_server(port: int, cap: int, lifetime: float) -> None:
-    """Every connection served by one thread (non-blocking sockets, one epoll loop); exits after ``lifetime``."""
+def ceiling_one_thread_server(port: int, cap: int, lifetime: float, store: bool = False) -> None:
+    """Every connection served by one thread (non-blocking sockets, one epoll loop); exits after ``lifetime``.
+    ``store``: a store's memory, as the store ceiling's (module docstring)."""
     sel = selectors.DefaultSelector()
     srv = socket.socket()
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -314,11 +357,14 @@ def ceiling_one_thread_server(port: int, cap: int, lifetime: float) -> None:
                 c.got = 0
                 if n > cap:
                     return close(c)
+                buf = mv if c.rotation is None else c.rotation.next(op, n)
                 if op == b"G":
-                    c.out = mv[:n]
+                    c.out = buf[:n]
                     return send(c)
                 c.need = n
-            r = c.sock.recv_into(mv[c.got : c.need])
+                c.dest = buf
+            assert c.dest is not None
+            r = c.sock.recv_into(c.dest[c.got : c.need])
             if not r:
                 return close(c)
             c.got += r
@@ -334,7 +380,7 @@ def ceiling_one_thread_server(port: int, cap: int, lifetime: float) -> None:
                     conn, _ = srv.accept()
                     conn.setblocking(False)
                     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                    sel.register(conn, selectors.EVENT_READ, _CeilConn(conn))
+                    sel.register(conn, selectors.EVENT_READ, _CeilConn(conn, store))
                     continue
                 try:
                     if c.out is not None:
@@ -634,8 +680,12 @@ if __name__ == "__main__":
     elif len(sys.argv) >= 3 and sys.argv[1] == "ceiling":
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
         ceiling_server(int(sys.argv[2]), int(sys.argv[3]) if len(sys.argv) > 3 else 80 * MiB, 3600.0)
-    elif len(sys.argv) >= 3 and sys.argv[1] == "ceiling-1t":
+    elif len(sys.argv) >= 3 and sys.argv[1] == "ceiling-store":
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-        ceiling_one_thread_server(int(sys.argv[2]), int(sys.argv[3]) if len(sys.argv) > 3 else 80 * MiB, 3600.0)
+        ceiling_server(int(sys.argv[2]), int(sys.argv[3]) if len(sys.argv) > 3 else 80 * MiB, 3600.0, store=True)
+    elif len(sys.argv) >= 3 and sys.argv[1] in ("ceiling-1t", "ceiling-1t-store"):
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+        cap = int(sys.argv[3]) if len(sys.argv) > 3 else 80 * MiB
+        ceiling_one_thread_server(int(sys.argv[2]), cap, 3600.0, store=sys.argv[1].endswith("-store"))
     else:
         print(f"memcpy {memcpy_gbps():.1f} GB/s, bytearray(32 MiB) {alloc_gbps():.1f} GB/s (pid {os.getpid()})")

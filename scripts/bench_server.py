@@ -2,7 +2,7 @@
 """kvd vs redis-server vs the machine's loopback ceiling, in one run, with the same clients.
 
     .venv/bin/python scripts/bench_server.py --quick         # about 3-4 minutes
-    .venv/bin/python scripts/bench_server.py                 # full run, about 12 minutes
+    .venv/bin/python scripts/bench_server.py                 # full run, about 11 minutes
     .venv/bin/python scripts/bench_server.py --profile       # also py-spy profiles of kvd (large + small values)
     .venv/bin/python scripts/plot_bench.py                   # docs/bench/results.json -> docs/bench/bench.png
 
@@ -11,8 +11,10 @@ What runs (all on 127.0.0.1, free ports, every server stopped at the end):
 * servers: redis-server (Debian's; installed with apt if missing), kvd on uvloop, kvd on plain asyncio
   (``KVD_EVENT_LOOP=asyncio``, skip with ``--loops uvloop``), and the *ceiling* server of ``bench_lib.py``
   (moves the same bytes with the same request/response pattern into/out of preallocated buffers, doing nothing
-  else; a process per connection) and, for 4 clients, its one-thread twin (one ``epoll`` loop for every
-  connection, as redis-server and kvd have). All with the same persistence (``--persistence off|everysec|always|no``).
+  else; a process per connection), its *store* twin (the same, with as many buffers in rotation as the
+  workload has keys: the memory a server that keeps its values writes and reads) and, for 4 clients, its
+  one-thread twin (one ``epoll`` loop for every connection, as redis-server and kvd have). All with the same
+  persistence (``--persistence off|everysec|always|no``).
 * clients: a raw RESP client (``sendmsg`` of header+value, ``recv_into`` a preallocated buffer), redis-py
   with hiredis (sync, 1 client; asyncio, 4 connections as 4 tasks), redis-benchmark.
 * workloads: SET/GET/MGET of 4 KiB .. 32 MiB with 1 and 4 client processes (raw) for a fixed time each;
@@ -56,6 +58,8 @@ MiB = bl.MiB
 KiB = bl.KiB
 SIZES = [4 * KiB, 256 * KiB, 1 * MiB, 4 * MiB, 32 * MiB]
 OPS = ["SET", "GET", "MGET"]
+CEILINGS = ("ceiling", "ceiling-store", "ceiling-1t", "ceiling-1t-store")  # bench_lib.py's servers
+FORKED = ("ceiling", "ceiling-store")  # servers whose work is done by a child process per connection
 PREFIX_KEYS = 512
 
 
@@ -216,7 +220,8 @@ def start_redis(name: str, persistence: str, workdir: Path, *, cpus: str = "") -
 
 
 def start_ceiling(workdir: Path, cap: int, name: str = "ceiling") -> Server:
-    """``ceiling``: a process per connection; ``ceiling-1t``: one thread for all (``bench_lib.py``)."""
+    """``ceiling``: a process per connection; ``ceiling-store``: the same with a store's memory (rotating buffers);
+    ``ceiling-1t`` and ``ceiling-1t-store``: one thread for all (``bench_lib.py``)."""
     port = free_port()
     log = workdir / f"{name}.log"
     with open(log, "wb") as f:
@@ -334,8 +339,8 @@ def bench_values(data: list[Server], ceilings: list[Server], args: argparse.Name
         for client, conc in clients:
             for op in OPS:
                 targets: list[Server] = [s for s in data if client == "raw" or s.name in ("redis", "kvd")]
-                if client == "raw":  # the one-thread ceiling only where it differs: several clients
-                    targets += [c for c in ceilings if c.name == "ceiling" or conc > 1]
+                if client == "raw":  # the one-thread ceilings only where they differ: several clients
+                    targets += [c for c in ceilings if "-1t" not in c.name or conc > 1]
                 best: dict[str, dict[str, Any]] = {}
                 for _rep in range(args.reps):  # interleaved repetitions; the best one counts (background noise)
                     for srv in targets:
@@ -350,7 +355,7 @@ def bench_values(data: list[Server], ceilings: list[Server], args: argparse.Name
                             min_ops=3,
                             tasks=conc,
                         )
-                        pid = srv.pid if srv.name != "ceiling" else None  # its work is in forked children
+                        pid = srv.pid if srv.name not in FORKED else None  # their work is in forked children
                         if client == "redispy-async":
                             res = run_clients(spec, 1, bl.async_worker, pid)
                         else:
@@ -732,9 +737,13 @@ def derive(out: dict[str, Any]) -> None:
         red = _find(runs, target="redis", **key)
         ceil = _find(runs, target="ceiling", **key)
         ceil_1t = _find(runs, target="ceiling-1t", **key)
+        ceil_store = _find(runs, target="ceiling-store", **key)
+        ceil_1t_store = _find(runs, target="ceiling-1t-store", **key)
         r["vs_redis"] = _ratio(r["gbps"], red["gbps"] if red else None)
         r["vs_ceiling"] = _ratio(r["gbps"], ceil["gbps"] if ceil else None)
         r["vs_ceiling_1t"] = _ratio(r["gbps"], ceil_1t["gbps"] if ceil_1t else None)
+        r["vs_ceiling_store"] = _ratio(r["gbps"], ceil_store["gbps"] if ceil_store else None)
+        r["vs_ceiling_1t_store"] = _ratio(r["gbps"], ceil_1t_store["gbps"] if ceil_1t_store else None)
         if r["target"] != "kvd":
             uv = _find(runs, target="kvd", **key)
             r["vs_uvloop"] = _ratio(r["gbps"], uv["gbps"] if uv else None)  # vs kvd as it is (uvloop)
@@ -750,6 +759,17 @@ def derive(out: dict[str, Any]) -> None:
                 r = _find(runs, client="raw", target="kvd", op=op, size=size, conc=conc)
                 add(f"{op} {human(size)} c={conc}: kvd / redis", r and r.get("vs_redis"), 1.0)
                 add(f"{op} {human(size)} c={conc}: kvd / ceiling", r and r.get("vs_ceiling"), 0.7)
+                # No goal of the issue: how much of the gap to the ceiling is the memory a store writes, and
+                # (4 clients) what is left once one thread does the work.
+                reported = [("store ceiling", "vs_ceiling_store")]
+                reported += [("1-thread store ceiling", "vs_ceiling_1t_store")] if conc > 1 else []
+                for label, ratio in reported:
+                    add(
+                        f"{op} {human(size)} c={conc}: kvd / {label} (reported)",
+                        r and r.get(ratio),
+                        float("inf"),
+                        False,
+                    )
     for conc in (1, 4):
         r = _find(runs, client="raw", target="kvd", op="MGET", size=MiB, conc=conc)
         add(f"MGET 16 x 1 MiB c={conc}: kvd / redis", r and r.get("vs_redis"), 1.0)
@@ -801,6 +821,7 @@ def tables(out: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
     have_async = any(r["target"] == "kvd-asyncio" for r in runs)
     header = ["op", "value", "c", "redis GB/s", "kvd GB/s", "kvd/redis", "ceiling GB/s", "kvd/ceiling"]
     header += ["1-thread ceiling GB/s", "kvd/1-thread ceiling"]
+    header += ["store ceiling GB/s forked / 1-thread", "kvd/store ceiling forked / 1-thread"]
     header += ["redis p50/p99 ms", "kvd p50/p99 ms", "server CPU us/op redis / kvd / 1-thread ceiling"]
     if have_async:
         header += ["kvd-asyncio GB/s", "asyncio/uvloop"]
@@ -812,6 +833,8 @@ def tables(out: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
                 r = _find(runs, client="raw", target="redis", op=op, size=size, conc=conc)
                 c = _find(runs, client="raw", target="ceiling", op=op, size=size, conc=conc)
                 c1 = _find(runs, client="raw", target="ceiling-1t", op=op, size=size, conc=conc)
+                cs = _find(runs, client="raw", target="ceiling-store", op=op, size=size, conc=conc)
+                c1s = _find(runs, client="raw", target="ceiling-1t-store", op=op, size=size, conc=conc)
                 a = _find(runs, client="raw", target="kvd-asyncio", op=op, size=size, conc=conc)
                 if not (k or r):
                     continue
@@ -820,6 +843,11 @@ def tables(out: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
                 row += [_fmt(r and r["gbps"], ".3f"), _fmt(k and k["gbps"], ".3f"), _fmt(k and k.get("vs_redis"))]
                 row += [_fmt(c and c["gbps"], ".3f"), _fmt(k and k.get("vs_ceiling"))]
                 row += [_fmt(c1 and c1["gbps"], ".3f"), _fmt(k and k.get("vs_ceiling_1t"))]
+                stores = [(cs, "vs_ceiling_store")] + ([(c1s, "vs_ceiling_1t_store")] if conc > 1 else [])
+                row += [
+                    " / ".join(_fmt(x and x["gbps"], ".3f") for x, _ in stores),
+                    " / ".join(_fmt(k and k.get(ratio)) for _, ratio in stores),
+                ]
                 row += [
                     f"{_fmt(r and r['p50_ms'], '.3g')} / {_fmt(r and r['p99_ms'], '.3g')}",
                     f"{_fmt(k and k['p50_ms'], '.3g')} / {_fmt(k and k['p99_ms'], '.3g')}",
@@ -1159,7 +1187,7 @@ def main() -> int:
             s = start_kvd(f"kvd+{variant}", "uvloop", args.persistence, workdir, variant)
             servers.append(s)
             data.append(s)
-        ceilings = [start_ceiling(workdir, 80 * MiB), start_ceiling(workdir, 80 * MiB, "ceiling-1t")]
+        ceilings = [start_ceiling(workdir, 80 * MiB, name) for name in CEILINGS]
         servers += ceilings
         sections = [
             ("values", "== SET/GET/MGET", lambda: bench_values(data, ceilings, args, out)),

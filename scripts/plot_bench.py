@@ -5,8 +5,8 @@
     .venv/bin/python scripts/plot_bench.py [--json docs/bench/results.json] [--out docs/bench]
 
 bench-values.png: SET/GET/MGET throughput per value size, 1 and 4 clients, for redis-server, kvd (uvloop),
-kvd (asyncio), the loopback ceiling and (4 clients) the one-thread ceiling. bench-small.png: redis-benchmark
-req/s (-d 64, with/without -P 16), the 512-key prefix look-up latency and the memory per key.
+kvd (asyncio), the loopback ceiling, the store ceiling and (4 clients) their one-thread twins. bench-small.png:
+redis-benchmark req/s (-d 64, with/without -P 16), the 512-key prefix look-up latency and the memory per key.
 """
 
 from __future__ import annotations
@@ -21,7 +21,15 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 ROOT = Path(__file__).resolve().parent.parent
-COLORS = {"redis": "#d62728", "kvd": "#1f77b4", "kvd-asyncio": "#7fb3e0", "ceiling": "#999999", "ceiling-1t": "#cccccc"}
+COLORS = {
+    "redis": "#d62728",
+    "kvd": "#1f77b4",
+    "kvd-asyncio": "#7fb3e0",
+    "ceiling": "#777777",
+    "ceiling-store": "#aaaaaa",
+    "ceiling-1t": "#cccccc",
+    "ceiling-1t-store": "#e4e4e4",
+}
 MiB, KiB = 1 << 20, 1 << 10
 
 
@@ -41,7 +49,7 @@ def plot_values(data: dict, path: Path) -> None:
     sizes = sorted({r["size"] for r in runs})
     fig, axes = plt.subplots(2, 3, figsize=(16, 8.5), sharey=False)
     for row, conc in enumerate((1, 4)):
-        names = ("redis", "kvd", "kvd-asyncio", "ceiling", "ceiling-1t")  # ceiling-1t: only with 4 clients
+        names = tuple(COLORS)  # the ceiling-1t ones: only with 4 clients
         targets = [t for t in names if any(r["target"] == t and r["conc"] == conc for r in runs)]
         width = 0.8 / max(1, len(targets))
         for col, op in enumerate(("SET", "GET", "MGET")):
