@@ -2,7 +2,7 @@
 """kvd vs redis-server vs the machine's loopback ceiling, in one run, with the same clients.
 
     .venv/bin/python scripts/bench_server.py --quick         # about 3-4 minutes
-    .venv/bin/python scripts/bench_server.py                 # full run, about 11 minutes
+    .venv/bin/python scripts/bench_server.py                 # full run, about 12 minutes
     .venv/bin/python scripts/bench_server.py --profile       # also py-spy profiles of kvd (large + small values)
     .venv/bin/python scripts/plot_bench.py                   # docs/bench/results.json -> docs/bench/bench.png
 
