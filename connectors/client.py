@@ -19,7 +19,9 @@ Built on redis-py (+hiredis for reply parsing). It talks to kvd or to any plain 
 Failure policy: every method catches connection errors and timeouts and returns "nothing found" / "nothing
 stored" (and a miss is always safe for the engine: it recomputes). After a connection failure the client stays
 *down* for ``retry_after_s`` and answers misses instantly, so a dead kvd costs one connect timeout per interval
-instead of one per request. One warning is logged per outage, not one per call.
+instead of one per request. One warning is logged per outage, not one per call. A replica that is loading its
+primary's snapshot (``-LOADING``, redis-py's ``BusyLoadingError``) counts as down the same way: its data is
+incomplete until the load ends.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis
+from redis._parsers.base import BaseParser
 from redis.connection import PythonRespSerializer
 
 logger = logging.getLogger("vllm.kvd.client")
@@ -128,8 +131,8 @@ def _read_bulk_array(sock: Any, into: LoadBuffers | None = None, first: int = 0)
         return text
 
     head = line()
-    if head[:1] in (b"-", b"!"):
-        raise redis.ResponseError(head[1:].decode("utf-8", "replace"))
+    if head[:1] in (b"-", b"!"):  # redis-py's class for it: -LOADING is a BusyLoadingError, a ConnectionError
+        raise BaseParser.parse_error(head[1:].decode("utf-8", "replace"))
     if head[:1] != b"*":
         raise redis.ConnectionError(f"unexpected reply to MGET: {head[:32]!r}")
     values: list[Any] = []

@@ -275,6 +275,14 @@ class Settings:
     replica_read_only: bool = _key(
         "bool", True, "a replica refuses writes from its own clients (-READONLY)", "Replication", runtime=True
     )
+    replica_serve_stale_data: bool = _key(
+        "bool",
+        True,
+        "a replica whose link to its primary is down still serves what it holds (no: -MASTERDOWN but for INFO, "
+        "REPLICAOF and the other commands Redis flags stale)",
+        "Replication",
+        runtime=True,
+    )
     repl_timeout: int = _key(
         "int",
         60,

@@ -351,8 +351,10 @@ class Client(asyncio.BufferedProtocol):
             return self._refuse(cmd, errors.NOAUTH, argv)
         if self._monitors and self.monitoring and (cmd.is_write or READONLY in cmd.flags):
             return self._refuse(cmd, "ERR Replica can't interact with the keyspace", argv)  # Redis's words
-        if cmd.is_write and self.server.read_only and self.link is None:
-            return self._refuse(cmd, errors.READONLY, argv)  # a replica takes writes from its primary only
+        if self.server.gated and self.link is None:  # a replica (kvd/server.py); its primary's commands pass
+            refused = self.server.refusal(cmd, argv)
+            if refused:
+                return self._refuse(cmd, refused, argv)
         if self._multi is not None and cmd.name not in _RUN_IN_MULTI:
             if NO_MULTI in cmd.flags:
                 return self._refuse(cmd, "ERR Command not allowed inside a transaction", argv)

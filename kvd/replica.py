@@ -18,8 +18,10 @@ The link (``ReplicaLink``) is one task and at most one connection, in the steps 
     check      the whole file is read once, in a thread, checksum included: a damaged snapshot is refused (and
                the link retries) before anything held is dropped
     load       the old data is flushed and the file's string keys are SET one at a time (``RdbReader``), in
-               slices of ``LOAD_SLICE`` seconds so every client keeps being served: reads in the meantime see
-               the keys loaded so far (Redis answers -LOADING instead). With persistence on each slice waits
+               slices of ``LOAD_SLICE`` seconds so every client keeps being served; until the last key is in,
+               clients get -LOADING for every command but those Redis flags ``loading`` (INFO, CONFIG, AUTH,
+               HELLO, CLIENT...; not PING), as a Redis replica answers, and INFO persistence shows the progress
+               (``LoadProgress``). With persistence on each slice waits
                until the log has written it, so a large load runs at the disk's pace and never queues the
                dataset in memory. Keys of other types (a Redis primary's lists, hashes...) are passed over and
                counted in the log; keys whose deadline has passed are not loaded.
@@ -47,6 +49,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import tempfile
@@ -72,6 +75,27 @@ WIRE_HIGH = 4 << 20  # the handshake connection stops reading past this much unc
 EOF_MARK_LEN = 40  # RDB_EOF_MARK_SIZE
 LOG_LAG_MAX = 64 << 20  # the stream is read on while the log has less than this left to write
 _NO_HISTORY = "?"
+
+
+@dataclasses.dataclass(slots=True)
+class LoadProgress:
+    """A snapshot being loaded: INFO persistence's ``loading_*`` fields, as Redis computes them."""
+
+    total_bytes: int
+    loaded_bytes: int = 0
+    started: float = dataclasses.field(default_factory=time.time)
+
+    def info(self) -> list[tuple[str, object]]:
+        total, loaded = self.total_bytes, self.loaded_bytes
+        elapsed = int(time.time() - self.started)
+        return [
+            ("loading_start_time", int(self.started)),
+            ("loading_total_bytes", total),
+            ("loading_rdb_used_mem", 0),  # the primary's memory, an estimate Redis uses when the size is unknown
+            ("loading_loaded_bytes", loaded),
+            ("loading_loaded_perc", f"{100 * loaded / total if total else 0:.2f}"),
+            ("loading_eta_seconds", elapsed * (total - loaded) // (loaded + 1) if elapsed else 1),
+        ]
 
 
 class LinkError(Exception):
@@ -479,29 +503,37 @@ class ReplicaLink:
     async def _load(self, path: Path, keys: int) -> None:
         """Replace the keyspace with the file's ``keys`` string keys, a slice at a time."""
         started = time.monotonic()
-        keyspace = self.server.keyspace
-        flushed = keyspace.flush()
-        loaded = expired = 0
-        with open(path, "rb", buffering=1 << 20) as f:
-            reader = RdbReader(f, skip_other_types=True)
-            slice_end = time.monotonic() + LOAD_SLICE
-            now = now_ms()
-            try:
-                for key, value, expire_at in reader:
-                    if expire_at and expire_at <= now:
-                        expired += 1
-                        continue
-                    keyspace.set(key, value, expire_at, room_checked=True)  # Redis replicas ignore maxmemory too
-                    loaded += 1
-                    if time.monotonic() >= slice_end:
-                        await self._pace()
-                        slice_end = time.monotonic() + LOAD_SLICE
-                        now = now_ms()
-            except (RdbError, OSError) as exc:  # it was read whole a moment ago: the file changed under kvd
-                raise LinkError(
-                    f"the primary's snapshot cannot be loaded after {loaded} of {keys} keys: {exc}"
-                ) from None
-        await self._pace()
+        server = self.server
+        keyspace = server.keyspace
+        progress = LoadProgress(path.stat().st_size)
+        server.set_loading(progress)
+        try:
+            flushed = keyspace.flush()
+            loaded = expired = 0
+            with open(path, "rb", buffering=1 << 20) as f:
+                reader = RdbReader(f, skip_other_types=True)
+                slice_end = time.monotonic() + LOAD_SLICE
+                now = now_ms()
+                try:
+                    for key, value, expire_at in reader:
+                        if expire_at and expire_at <= now:
+                            expired += 1
+                            continue
+                        keyspace.set(key, value, expire_at, room_checked=True)  # Redis replicas ignore maxmemory
+                        loaded += 1
+                        if time.monotonic() >= slice_end:
+                            progress.loaded_bytes = f.tell()
+                            await self._pace()
+                            slice_end = time.monotonic() + LOAD_SLICE
+                            now = now_ms()
+                except (RdbError, OSError) as exc:  # it was read whole a moment ago: the file changed under kvd
+                    raise LinkError(
+                        f"the primary's snapshot cannot be loaded after {loaded} of {keys} keys: {exc}"
+                    ) from None
+                progress.loaded_bytes = progress.total_bytes
+            await self._pace()
+        finally:
+            server.set_loading(None)
         skipped = ", ".join(f"{n} {kind}" for kind, n in sorted(reader.skipped.items()))
         log.info(
             "loaded the primary's snapshot in %.2f s: %d keys (%d old keys flushed; %d expired%s)",

@@ -20,19 +20,22 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from kvd.acllog import AclLog
+from kvd.commands.registry import LOADING, STALE
 from kvd.config import Settings
 from kvd.connection import Client, ReplyBatch
 from kvd.latency import LatencyMonitor
 from kvd.notify import KEYEVENT, KEYSPACE, KeyspaceEvents, parse_flags
 from kvd.persist.saves import Saves
+from kvd.protocol import errors
 from kvd.pubsub import PubSub
-from kvd.replica import ReplicaLink
+from kvd.replica import LoadProgress, ReplicaLink
 from kvd.replication import Replica, ReplicationFeed, save_identity
 from kvd.slowlog import SlowLog
 from kvd.stats import ServerStats, render_info
 from kvd.tracking import Tracking
 
 if TYPE_CHECKING:
+    from kvd.commands.registry import Command
     from kvd.persist import RecoveryReport
     from kvd.store.keyspace import Keyspace
 
@@ -84,7 +87,12 @@ class Server:
             self.replication.continue_history(replication_identity[1])
             keyspace.feed = self.replication if self.replication.needed else None
         self.link: ReplicaLink | None = None  # following a primary (REPLICAOF host port; kvd/replica.py)
-        self.read_only = False  # a read-only replica: clients' writes are refused (Client._execute)
+        # What a client may run while kvd is a replica (Client._execute asks refusal() only while gated is set,
+        # so a primary's commands pay one attribute test): writes are refused on a read-only replica, most
+        # commands while a snapshot loads, and most while the link is down if stale data must not be served.
+        self.read_only = False
+        self.loading: LoadProgress | None = None  # a replica loading its primary's snapshot (kvd/replica.py)
+        self.gated = False
         self.bound_port = settings.port
         self.loop_name = "asyncio"
         self._next_id = 0
@@ -160,7 +168,37 @@ class Server:
 
     def _set_replicaof(self, value: str) -> None:
         self.settings = dataclasses.replace(self.settings, replicaof=value)  # CONFIG GET and REWRITE show it
-        self.read_only = self.link is not None and self.settings.replica_read_only
+        self._update_gate()
+
+    def set_loading(self, progress: LoadProgress | None) -> None:
+        """A replica's snapshot load began (its progress) or ended (None)."""
+        self.loading = progress
+        self._update_gate()
+
+    def _update_gate(self) -> None:
+        replica = self.link is not None
+        self.read_only = replica and self.settings.replica_read_only
+        self.gated = (
+            self.read_only or self.loading is not None or (replica and not self.settings.replica_serve_stale_data)
+        )
+
+    def refusal(self, cmd: Command, argv: list[Any]) -> str:
+        """The error a client's command gets instead of running, or '' if it may run; asked only while ``gated``.
+        The checks and their order are Redis's processCommand: a write on a read-only replica, then a command
+        without the ``stale`` flag while the link is down and replica-serve-stale-data is off, then a command
+        without the ``loading`` flag while a snapshot loads. A subcommand has its own flags: CLIENT LIST runs
+        while a snapshot loads, MEMORY USAGE does not."""
+        if cmd.is_write and self.read_only:
+            return errors.READONLY  # a replica takes writes from its primary only
+        if cmd.subcommands and len(argv) > 1:  # it exists: Client._execute checked
+            cmd = cmd.subcommands.get(bytes(argv[1]).lower().decode("utf-8", "replace"), cmd)
+        link = self.link
+        stale = link is not None and not link.link_up and not self.settings.replica_serve_stale_data
+        if stale and STALE not in cmd.flags:
+            return errors.MASTERDOWN
+        if self.loading is not None and LOADING not in cmd.flags:
+            return errors.LOADING  # the keys so far are a part of the primary's: neither old data nor new
+        return ""
 
     def unregister(self, client: Client) -> None:
         self.clients.pop(client.id, None)
@@ -191,7 +229,7 @@ class Server:
         feed.backlog_size, feed.backlog_ttl = new.repl_backlog_size, new.repl_backlog_ttl
         feed.ping_period = new.repl_ping_replica_period
         self.watch_ns = _watch_ns(new)
-        self.read_only = self.link is not None and new.replica_read_only
+        self._update_gate()
         if ks.log is not None and new.appendfsync != old.appendfsync:
             ks.log.set_appendfsync(new.appendfsync)
         for client in self.clients.values():

@@ -255,7 +255,7 @@ def _memory(s: Server) -> list[tuple[str, object]]:
 def _persistence(s: Server) -> list[tuple[str, object]]:
     seg_log = s.keyspace.log
     rows: list[tuple[str, object]] = [
-        ("loading", 0),
+        ("loading", int(s.loading is not None)),
         ("async_loading", 0),
         ("rdb_changes_since_last_save", s.saves.changes_since_last_save()),
         ("rdb_bgsave_in_progress", int(s.saves.in_progress)),
@@ -277,6 +277,8 @@ def _persistence(s: Server) -> list[tuple[str, object]]:
                 ("recovery_truncated_bytes", r.truncated_bytes),
             ]
         )
+    if s.loading is not None:
+        rows.extend(s.loading.info())  # last in the section, as Redis writes them
     return rows
 
 

@@ -17,7 +17,7 @@ from kvd.protocol.errors import CommandError
 from kvd.protocol.reply import PONG, Pairs
 
 from .args import check_db_index, lower, parse_int, parse_timeout_ms, text
-from .registry import ADMIN, FAST, NOAUTH, command, run_subcommand, subcommand_help
+from .registry import ADMIN, FAST, LOADING, NOAUTH, STALE, command, run_subcommand, subcommand_help
 
 if TYPE_CHECKING:
     from kvd.connection import Client
@@ -55,7 +55,7 @@ def ping(c: Client, argv: list[Any]) -> None:
         c.reply.raw(PONG)
 
 
-@command("echo", 2, FAST, group=G, summary="Returns the given string.", usage="message")
+@command("echo", 2, f"{FAST} {LOADING} {STALE}", group=G, summary="Returns the given string.", usage="message")
 def echo(c: Client, argv: list[Any]) -> None:
     c.reply.bulk(argv[1])
 
@@ -63,7 +63,7 @@ def echo(c: Client, argv: list[Any]) -> None:
 @command(
     "auth",
     -2,
-    f"{NOAUTH} {FAST}",
+    f"{NOAUTH} {FAST} {LOADING} {STALE}",
     group=G,
     summary="Authenticates the connection.",
     usage="[username] password",
@@ -86,7 +86,7 @@ def auth(c: Client, argv: list[Any]) -> None:
 @command(
     "hello",
     -1,
-    f"{NOAUTH} {FAST}",
+    f"{NOAUTH} {FAST} {LOADING} {STALE}",
     group=G,
     since="6.0.0",
     summary="Handshakes with the Redis server.",
@@ -142,19 +142,19 @@ def hello(c: Client, argv: list[Any]) -> None:
     )
 
 
-@command("select", 2, f"{FAST}", group=G, summary="Changes the selected database.", usage="index")
+@command("select", 2, f"{FAST} {LOADING} {STALE}", group=G, summary="Changes the selected database.", usage="index")
 def select(c: Client, argv: list[Any]) -> None:
     check_db_index(argv[1])
     c.reply.ok()
 
 
-@command("quit", -1, f"{NOAUTH} {FAST}", group=G, summary="Closes the connection.")
+@command("quit", -1, f"{NOAUTH} {FAST} {LOADING} {STALE}", group=G, summary="Closes the connection.")
 def quit_(c: Client, argv: list[Any]) -> None:
     c.reply.ok()
     c.close_after_reply = True
 
 
-@command("reset", 1, f"{NOAUTH} {FAST}", group=G, since="6.2.0", summary="Resets the connection.")
+@command("reset", 1, f"{NOAUTH} {FAST} {LOADING} {STALE}", group=G, since="6.2.0", summary="Resets the connection.")
 def reset(c: Client, argv: list[Any]) -> None:
     c.set_reply_mode(b"on")
     c.reply.proto = 2
@@ -200,7 +200,7 @@ def client(c: Client, argv: list[Any]) -> Any:
 @command(
     "id",
     2,
-    FAST,
+    f"{FAST} {LOADING} {STALE}",
     group=G,
     since="5.0.0",
     parent="client",
@@ -213,7 +213,7 @@ def client_id(c: Client, argv: list[Any]) -> None:
 @command(
     "setname",
     3,
-    FAST,
+    f"{FAST} {LOADING} {STALE}",
     group=G,
     since="2.6.9",
     parent="client",
@@ -227,7 +227,15 @@ def client_setname(c: Client, argv: list[Any]) -> None:
     c.reply.ok()
 
 
-@command("getname", 2, FAST, group=G, since="2.6.9", parent="client", summary="Returns the name of the connection.")
+@command(
+    "getname",
+    2,
+    f"{FAST} {LOADING} {STALE}",
+    group=G,
+    since="2.6.9",
+    parent="client",
+    summary="Returns the name of the connection.",
+)
 def client_getname(c: Client, argv: list[Any]) -> None:
     if c.name:
         c.reply.bulk(c.name)
@@ -238,7 +246,7 @@ def client_getname(c: Client, argv: list[Any]) -> None:
 @command(
     "setinfo",
     4,
-    FAST,
+    f"{LOADING} {STALE}",
     group=G,
     since="7.2.0",
     parent="client",
@@ -261,7 +269,7 @@ def client_setinfo(c: Client, argv: list[Any]) -> None:
 @command(
     "info",
     2,
-    FAST,
+    f"{FAST} {LOADING} {STALE}",
     group=G,
     since="6.2.0",
     parent="client",
@@ -274,7 +282,7 @@ def client_info(c: Client, argv: list[Any]) -> None:
 @command(
     "list",
     -2,
-    ADMIN,
+    f"{ADMIN} {LOADING} {STALE}",
     group=G,
     since="2.4.0",
     parent="client",
@@ -308,7 +316,7 @@ def _client_type(raw: bytes) -> str:
 @command(
     "kill",
     -3,
-    "admin",
+    f"{ADMIN} {LOADING} {STALE}",
     group=G,
     since="2.4.0",
     parent="client",
@@ -349,7 +357,7 @@ def client_kill(c: Client, argv: list[Any]) -> None:
 @command(
     "unblock",
     -3,
-    f"{ADMIN}",
+    f"{ADMIN} {LOADING} {STALE}",
     group=G,
     since="5.0.0",
     parent="client",
@@ -376,7 +384,7 @@ def client_unblock(c: Client, argv: list[Any]) -> None:
 @command(
     "reply",
     3,
-    "",
+    f"{LOADING} {STALE}",
     group=G,
     since="3.2.0",
     parent="client",
@@ -396,7 +404,7 @@ def client_reply(c: Client, argv: list[Any]) -> None:
 @command(
     "pause",
     -3,
-    f"{ADMIN}",
+    f"{ADMIN} {LOADING} {STALE}",
     group=G,
     since="3.0.0",
     parent="client",
@@ -420,7 +428,7 @@ def client_pause(c: Client, argv: list[Any]) -> None:
 @command(
     "unpause",
     2,
-    f"{ADMIN}",
+    f"{ADMIN} {LOADING} {STALE}",
     group=G,
     since="6.2.0",
     parent="client",
@@ -434,7 +442,7 @@ def client_unpause(c: Client, argv: list[Any]) -> None:
 @command(
     "no-evict",
     3,
-    f"{ADMIN} {FAST}",
+    f"{FAST} {ADMIN} {LOADING} {STALE}",
     group=G,
     since="7.0.0",
     parent="client",
@@ -454,7 +462,7 @@ def client_no_evict(c: Client, argv: list[Any]) -> None:
 @command(
     "no-touch",
     3,
-    FAST,
+    f"{LOADING} {STALE}",
     group=G,
     since="7.2.0",
     parent="client",
@@ -475,7 +483,7 @@ def client_no_touch(c: Client, argv: list[Any]) -> None:
 @command(
     "help",
     2,
-    FAST,
+    f"{FAST} {LOADING} {STALE}",
     group=G,
     since="5.0.0",
     parent="client",

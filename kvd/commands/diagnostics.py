@@ -13,7 +13,7 @@ from kvd.protocol import errors
 from kvd.protocol.errors import CommandError
 
 from .args import parse_int, text
-from .registry import ADMIN, COMMANDS, LOADING, command, run_subcommand, subcommand_help
+from .registry import ADMIN, COMMANDS, LOADING, STALE, command, run_subcommand, subcommand_help
 
 if TYPE_CHECKING:
     from kvd.connection import Client
@@ -40,7 +40,7 @@ def slowlog(c: Client, argv: list[Any]) -> Any:
 @command(
     "get",
     -2,
-    f"{ADMIN} {LOADING}",
+    f"{ADMIN} {LOADING} {STALE}",
     group=G,
     since="2.2.12",
     parent="slowlog",
@@ -72,7 +72,7 @@ def slowlog_get(c: Client, argv: list[Any]) -> None:
 @command(
     "len",
     2,
-    f"{ADMIN} {LOADING}",
+    f"{ADMIN} {LOADING} {STALE}",
     group=G,
     since="2.2.12",
     parent="slowlog",
@@ -85,7 +85,7 @@ def slowlog_len(c: Client, argv: list[Any]) -> None:
 @command(
     "reset",
     2,
-    f"{ADMIN} {LOADING}",
+    f"{ADMIN} {LOADING} {STALE}",
     group=G,
     since="2.2.12",
     parent="slowlog",
@@ -99,7 +99,7 @@ def slowlog_reset(c: Client, argv: list[Any]) -> None:
 @command(
     "help",
     2,
-    LOADING,
+    f"{LOADING} {STALE}",
     group=G,
     since="6.2.0",
     parent="slowlog",
@@ -128,7 +128,7 @@ def latency(c: Client, argv: list[Any]) -> Any:
 @command(
     "latest",
     2,
-    f"{ADMIN} {LOADING}",
+    f"{ADMIN} {LOADING} {STALE}",
     group=G,
     since="2.8.13",
     parent="latency",
@@ -149,7 +149,7 @@ def latency_latest(c: Client, argv: list[Any]) -> None:
 @command(
     "history",
     3,
-    f"{ADMIN} {LOADING}",
+    f"{ADMIN} {LOADING} {STALE}",
     group=G,
     since="2.8.13",
     parent="latency",
@@ -169,7 +169,7 @@ def latency_history(c: Client, argv: list[Any]) -> None:
 @command(
     "graph",
     3,
-    f"{ADMIN} {LOADING}",
+    f"{ADMIN} {LOADING} {STALE}",
     group=G,
     since="2.8.13",
     parent="latency",
@@ -187,7 +187,7 @@ def latency_graph(c: Client, argv: list[Any]) -> None:
 @command(
     "doctor",
     2,
-    f"{ADMIN} {LOADING}",
+    f"{ADMIN} {LOADING} {STALE}",
     group=G,
     since="2.8.13",
     parent="latency",
@@ -200,7 +200,7 @@ def latency_doctor(c: Client, argv: list[Any]) -> None:
 @command(
     "reset",
     -2,
-    f"{ADMIN} {LOADING}",
+    f"{ADMIN} {LOADING} {STALE}",
     group=G,
     since="2.8.13",
     parent="latency",
@@ -215,7 +215,7 @@ def latency_reset(c: Client, argv: list[Any]) -> None:
 @command(
     "histogram",
     -2,
-    f"{ADMIN} {LOADING}",
+    f"{ADMIN} {LOADING} {STALE}",
     group=G,
     since="7.0.0",
     parent="latency",
@@ -257,7 +257,7 @@ def latency_histogram(c: Client, argv: list[Any]) -> None:
 @command(
     "help",
     2,
-    LOADING,
+    f"{LOADING} {STALE}",
     group=G,
     since="2.8.13",
     parent="latency",

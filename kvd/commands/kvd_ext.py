@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from kvd.protocol.errors import CommandError
 
 from .args import parse_int
-from .registry import FAST, READONLY, command
+from .registry import FAST, LOADING, READONLY, STALE, command
 
 if TYPE_CHECKING:
     from kvd.connection import Client
@@ -49,7 +49,7 @@ def prefixlen(c: Client, argv: list[Any]) -> None:
 @command(
     "kvd.report",
     -3,
-    FAST,
+    f"{FAST} {LOADING} {STALE}",  # the connector reports while a replica loads
     group="kvd",
     since="0.1.0",
     complexity="O(N)",

@@ -19,7 +19,7 @@ from kvd.protocol import errors
 from kvd.protocol.errors import CommandError
 
 from .args import lower, parse_int
-from .registry import FAST, READONLY, command, run_subcommand, subcommand_help
+from .registry import FAST, LOADING, READONLY, STALE, command, run_subcommand, subcommand_help
 
 if TYPE_CHECKING:
     from kvd.connection import Client
@@ -161,7 +161,7 @@ def memory_malloc_stats(c: Client, argv: list[Any]) -> None:
 @command(
     "help",
     2,
-    f"{FAST}",
+    f"{FAST} {LOADING} {STALE}",
     group=G,
     since="4.0.0",
     parent="memory",

@@ -23,7 +23,7 @@ from kvd.protocol.errors import CommandError
 from kvd.store.keyspace import SMALL_VALUE, Entry, Value
 
 from .args import parse_int
-from .registry import READONLY, command, run_subcommand, subcommand_help
+from .registry import LOADING, READONLY, STALE, command, run_subcommand, subcommand_help
 from .values import then
 
 if TYPE_CHECKING:
@@ -164,7 +164,7 @@ def object_freq(c: Client, argv: list[Any]) -> None:
 @command(
     "help",
     2,
-    "",
+    f"{LOADING} {STALE}",
     group=G,
     since="6.2.0",
     parent="object",

@@ -13,7 +13,7 @@ from kvd.protocol import errors
 from kvd.protocol.errors import CommandError
 from kvd.pubsub import CHANNEL, PATTERN, SHARD
 
-from .registry import FAST, LOADING, command, run_subcommand, subcommand_help
+from .registry import FAST, LOADING, STALE, command, run_subcommand, subcommand_help
 
 if TYPE_CHECKING:
     from kvd.connection import Client
@@ -28,7 +28,7 @@ def _names(argv: list[Any], start: int = 1) -> list[bytes]:
 @command(
     "subscribe",
     -2,
-    LOADING,
+    f"{LOADING} {STALE}",
     group=G,
     since="2.0.0",
     summary="Listens for messages published to channels.",
@@ -42,7 +42,7 @@ def subscribe(c: Client, argv: list[Any]) -> None:
 @command(
     "psubscribe",
     -2,
-    LOADING,
+    f"{LOADING} {STALE}",
     group=G,
     since="2.0.0",
     usage="pattern [pattern ...]",
@@ -56,7 +56,7 @@ def psubscribe(c: Client, argv: list[Any]) -> None:
 @command(
     "ssubscribe",
     -2,
-    LOADING,
+    f"{LOADING} {STALE}",
     (1, -1, 1),
     group=G,
     since="7.0.0",
@@ -71,7 +71,7 @@ def ssubscribe(c: Client, argv: list[Any]) -> None:
 @command(
     "unsubscribe",
     -1,
-    LOADING,
+    f"{LOADING} {STALE}",
     group=G,
     since="2.0.0",
     usage="[channel [channel ...]]",
@@ -85,7 +85,7 @@ def unsubscribe(c: Client, argv: list[Any]) -> None:
 @command(
     "punsubscribe",
     -1,
-    LOADING,
+    f"{LOADING} {STALE}",
     group=G,
     since="2.0.0",
     usage="[pattern [pattern ...]]",
@@ -99,7 +99,7 @@ def punsubscribe(c: Client, argv: list[Any]) -> None:
 @command(
     "sunsubscribe",
     -1,
-    LOADING,
+    f"{LOADING} {STALE}",
     (1, -1, 1),
     group=G,
     since="7.0.0",
@@ -114,7 +114,7 @@ def sunsubscribe(c: Client, argv: list[Any]) -> None:
 @command(
     "publish",
     3,
-    f"{LOADING} {FAST}",
+    f"{FAST} {LOADING} {STALE}",
     group=G,
     since="2.0.0",
     usage="channel message",
@@ -129,7 +129,7 @@ def publish(c: Client, argv: list[Any]) -> None:
 @command(
     "spublish",
     3,
-    f"{LOADING} {FAST}",
+    f"{FAST} {LOADING} {STALE}",
     (1, 1, 1),
     group=G,
     since="7.0.0",
@@ -160,7 +160,7 @@ def pubsub(c: Client, argv: list[Any]) -> Any:
 @command(
     "channels",
     -2,
-    LOADING,
+    f"{LOADING} {STALE}",
     group=G,
     since="2.8.0",
     parent="pubsub",
@@ -176,7 +176,7 @@ def pubsub_channels(c: Client, argv: list[Any]) -> None:
 @command(
     "shardchannels",
     -2,
-    LOADING,
+    f"{LOADING} {STALE}",
     group=G,
     since="7.0.0",
     parent="pubsub",
@@ -198,7 +198,7 @@ def _channels(c: Client, argv: list[Any], kind: str) -> None:
 @command(
     "numsub",
     -2,
-    LOADING,
+    f"{LOADING} {STALE}",
     group=G,
     since="2.8.0",
     parent="pubsub",
@@ -213,7 +213,7 @@ def pubsub_numsub(c: Client, argv: list[Any]) -> None:
 @command(
     "shardnumsub",
     -2,
-    LOADING,
+    f"{LOADING} {STALE}",
     group=G,
     since="7.0.0",
     parent="pubsub",
@@ -238,7 +238,7 @@ def _numsub(c: Client, argv: list[Any], kind: str) -> None:
 @command(
     "numpat",
     2,
-    LOADING,
+    f"{LOADING} {STALE}",
     group=G,
     since="2.8.0",
     parent="pubsub",
@@ -251,7 +251,7 @@ def pubsub_numpat(c: Client, argv: list[Any]) -> None:
 @command(
     "help",
     2,
-    LOADING,
+    f"{LOADING} {STALE}",
     group=G,
     since="6.2.0",
     parent="pubsub",

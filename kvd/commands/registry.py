@@ -29,7 +29,8 @@ NOAUTH = "no_auth"  # allowed before AUTH
 READONLY = "readonly"
 FAST = "fast"
 ADMIN = "admin"
-LOADING = "loading"
+LOADING = "loading"  # runs while a replica loads its primary's snapshot (others: -LOADING)
+STALE = "stale"  # runs on a replica whose link is down under replica-serve-stale-data no (others: -MASTERDOWN)
 NO_MULTI = "no_multi"  # refused after MULTI (and the transaction fails), as Redis refuses SAVE and SHUTDOWN
 
 

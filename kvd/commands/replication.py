@@ -30,7 +30,7 @@ from kvd.protocol import errors
 from kvd.protocol.errors import CommandError
 
 from .args import lower, parse_int, parse_timeout_ms
-from .registry import ADMIN, FAST, LOADING, command
+from .registry import ADMIN, FAST, LOADING, STALE, command
 
 if TYPE_CHECKING:
     from kvd.connection import Client
@@ -41,7 +41,7 @@ _FOREVER_MS = 1 << 41  # about 70 years: longer is "no limit" to the event loop'
 @command(
     "role",
     1,
-    f"{FAST} {LOADING}",
+    f"{FAST} {LOADING} {STALE}",
     group="server",
     since="2.8.12",
     summary="Returns the replication role.",
@@ -166,7 +166,7 @@ def _timeout_ms(raw: bytes) -> int:
 @command(
     "replicaof",
     3,
-    ADMIN,
+    f"{ADMIN} {STALE}",
     group="server",
     since="5.0.0",
     summary="Configures a server as replica of another, or promotes it to a primary.",
@@ -195,7 +195,7 @@ def replicaof(c: Client, argv: list[Any]) -> None:
 @command(
     "slaveof",
     3,
-    ADMIN,
+    f"{ADMIN} {STALE}",
     group="server",
     since="1.0.0",
     summary="REPLICAOF's old name.",
@@ -208,7 +208,7 @@ def slaveof(c: Client, argv: list[Any]) -> None:
 @command(
     "failover",
     -1,
-    ADMIN,
+    f"{ADMIN} {STALE}",
     group="server",
     since="6.2.0",
     summary="Starts a coordinated failover from a server to one of its replicas (kvd has none).",

@@ -27,6 +27,7 @@ from .registry import (
     LOADING,
     NO_MULTI,
     NOAUTH,
+    STALE,
     Command,
     acl_categories,
     command,
@@ -48,7 +49,7 @@ _COMPAT_CONFIG = {"save": "", "databases": "1"}
 @command(
     "info",
     -1,
-    f"{LOADING}",
+    f"{LOADING} {STALE}",
     group=G,
     summary="Returns information and statistics about the server.",
     usage="[section [section ...]]",
@@ -58,7 +59,7 @@ def info(c: Client, argv: list[Any]) -> None:
     c.reply.verbatim(c.server.info_text(sections))
 
 
-@command("time", 1, f"{FAST} {LOADING}", group=G, since="2.6.0", summary="Returns the server time.")
+@command("time", 1, f"{FAST} {LOADING} {STALE}", group=G, since="2.6.0", summary="Returns the server time.")
 def time_(c: Client, argv: list[Any]) -> None:
     now = time.time_ns() // 1000
     c.reply.array(2)
@@ -69,7 +70,7 @@ def time_(c: Client, argv: list[Any]) -> None:
 @command(
     "shutdown",
     -1,
-    f"{ADMIN} {NOAUTH} {NO_MULTI}",
+    f"{NOAUTH} {ADMIN} {LOADING} {NO_MULTI} {STALE}",
     group=G,
     summary="Synchronously flushes the log and shuts down the server.",
     usage="[NOSAVE | SAVE] [NOW] [FORCE] [ABORT]",
@@ -87,7 +88,7 @@ def shutdown(c: Client, argv: list[Any]) -> None:
 @command(
     "monitor",
     1,
-    f"{ADMIN}",
+    f"{ADMIN} {LOADING} {STALE}",
     group=G,
     summary="Listens for all requests received by the server in real-time (kvd/monitor.py: long values cut).",
 )
@@ -172,7 +173,7 @@ def bgrewriteaof(c: Client, argv: list[Any]) -> None:
 @command(
     "lastsave",
     1,
-    f"{FAST}",
+    f"{FAST} {LOADING} {STALE}",
     group=G,
     summary="Returns the Unix time of the last completed SAVE or BGSAVE (or of the start).",
 )
@@ -207,7 +208,7 @@ def config(c: Client, argv: list[Any]) -> Any:
 @command(
     "get",
     -3,
-    f"{ADMIN} {LOADING}",
+    f"{ADMIN} {LOADING} {STALE}",
     group=G,
     since="2.0.0",
     parent="config",
@@ -226,7 +227,7 @@ def config_get(c: Client, argv: list[Any]) -> None:
 @command(
     "set",
     -4,
-    f"{ADMIN}",
+    f"{ADMIN} {LOADING} {STALE}",
     group=G,
     since="2.0.0",
     parent="config",
@@ -260,7 +261,7 @@ def config_set(c: Client, argv: list[Any]) -> None:
 @command(
     "rewrite",
     2,
-    f"{ADMIN}",
+    f"{ADMIN} {LOADING} {STALE}",
     group=G,
     since="2.8.0",
     parent="config",
@@ -314,7 +315,7 @@ def _replace_file(path: str, text: str) -> None:
 @command(
     "resetstat",
     2,
-    f"{ADMIN}",
+    f"{ADMIN} {LOADING} {STALE}",
     group=G,
     since="2.0.0",
     parent="config",
@@ -328,7 +329,7 @@ def config_resetstat(c: Client, argv: list[Any]) -> None:
 @command(
     "help",
     2,
-    "",
+    f"{LOADING} {STALE}",
     group=G,
     since="5.0.0",
     parent="config",
@@ -344,7 +345,7 @@ def config_help(c: Client, argv: list[Any]) -> None:
 @command(
     "command",
     -1,
-    f"{LOADING}",
+    f"{LOADING} {STALE}",
     group=G,
     since="2.8.13",
     complexity="O(N)",
@@ -379,7 +380,7 @@ def _command_info(c: Client, cmd: Command, parent: Command | None = None) -> Non
     r.array(10)
     r.text(_full_name(cmd, parent))
     r.integer(cmd.arity)
-    flags = sorted(cmd.flags - {LOADING})
+    flags = sorted(cmd.flags)
     r.set(len(flags))
     for flag in flags:
         r.simple(flag)
@@ -398,7 +399,15 @@ def _command_info(c: Client, cmd: Command, parent: Command | None = None) -> Non
         _command_info(c, sub, cmd)
 
 
-@command("count", 2, FAST, group=G, since="2.8.13", parent="command", summary="Returns a count of commands.")
+@command(
+    "count",
+    2,
+    f"{FAST} {LOADING} {STALE}",
+    group=G,
+    since="2.8.13",
+    parent="command",
+    summary="Returns a count of commands.",
+)
 def command_count(c: Client, argv: list[Any]) -> None:
     c.reply.integer(len(COMMANDS))
 
@@ -406,7 +415,7 @@ def command_count(c: Client, argv: list[Any]) -> None:
 @command(
     "list",
     -2,
-    "",
+    f"{LOADING} {STALE}",
     group=G,
     since="7.0.0",
     parent="command",
@@ -434,7 +443,7 @@ def command_list(c: Client, argv: list[Any]) -> None:
 @command(
     "info",
     -2,
-    "",
+    f"{LOADING} {STALE}",
     group=G,
     since="2.8.13",
     parent="command",
@@ -457,7 +466,7 @@ def command_info(c: Client, argv: list[Any]) -> None:
 @command(
     "docs",
     -2,
-    f"{LOADING}",
+    f"{LOADING} {STALE}",
     group=G,
     since="7.0.0",
     parent="command",
@@ -518,7 +527,7 @@ def _arg_pairs(arg: dict[str, Any]) -> Pairs:
 @command(
     "getkeys",
     -3,
-    "",
+    f"{LOADING} {STALE}",
     group=G,
     since="2.8.13",
     parent="command",
@@ -540,7 +549,7 @@ def command_getkeys(c: Client, argv: list[Any]) -> None:
 @command(
     "help",
     2,
-    "",
+    f"{LOADING} {STALE}",
     group=G,
     since="5.0.0",
     parent="command",

@@ -41,7 +41,7 @@ from kvd.store.snapshot import Snapshot
 
 from .args import lower, parse_int
 from .connection import REDIS_COMPAT_VERSION
-from .registry import ADMIN, LOADING, NO_MULTI, command
+from .registry import ADMIN, LOADING, NO_MULTI, STALE, command
 
 if TYPE_CHECKING:
     from kvd.connection import Client
@@ -59,7 +59,7 @@ STREAM_LOW = 2 << 20
 @command(
     "replconf",
     -1,
-    f"{ADMIN} {LOADING}",
+    f"{ADMIN} {LOADING} {STALE}",
     group="server",
     since="3.0.0",
     summary="An internal command for configuring the replication stream.",

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from kvd.protocol.errors import CommandError
 
-from .registry import COMMANDS, FAST, command
+from .registry import COMMANDS, FAST, LOADING, STALE, command
 
 if TYPE_CHECKING:
     from kvd.connection import Client
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 G = "transactions"
 
 
-@command("multi", 1, f"{FAST}", group=G, since="1.2.0", summary="Starts a transaction.")
+@command("multi", 1, f"{FAST} {LOADING} {STALE}", group=G, since="1.2.0", summary="Starts a transaction.")
 def multi(c: Client, argv: list[Any]) -> None:
     if c.in_multi:
         raise CommandError("ERR MULTI calls can not be nested")
@@ -35,7 +35,7 @@ def multi(c: Client, argv: list[Any]) -> None:
 @command(
     "exec",
     1,
-    "",
+    f"{LOADING} {STALE}",
     group=G,
     since="1.2.0",
     complexity="depends on the queued commands",
@@ -48,7 +48,7 @@ def exec_(c: Client, argv: list[Any]) -> Any:
     return c.exec_multi(argv)  # shows EXEC itself, after the commands it runs
 
 
-@command("discard", 1, f"{FAST}", group=G, since="2.0.0", summary="Discards a transaction.")
+@command("discard", 1, f"{FAST} {LOADING} {STALE}", group=G, since="2.0.0", summary="Discards a transaction.")
 def discard(c: Client, argv: list[Any]) -> None:
     if not c.in_multi:
         raise CommandError("ERR DISCARD without MULTI")
@@ -59,7 +59,7 @@ def discard(c: Client, argv: list[Any]) -> None:
 @command(
     "watch",
     -2,
-    f"{FAST}",
+    f"{FAST} {LOADING} {STALE}",
     (1, -1, 1),
     group=G,
     since="2.2.0",
@@ -74,7 +74,14 @@ def watch(c: Client, argv: list[Any]) -> None:
     c.reply.ok()
 
 
-@command("unwatch", 1, f"{FAST}", group=G, since="2.2.0", summary="Forgets about all watched keys of a transaction.")
+@command(
+    "unwatch",
+    1,
+    f"{FAST} {LOADING} {STALE}",
+    group=G,
+    since="2.2.0",
+    summary="Forgets about all watched keys of a transaction.",
+)
 def unwatch(c: Client, argv: list[Any]) -> None:
     c.unwatch()
     c.reply.ok()

@@ -11,6 +11,7 @@ import time
 
 import pytest
 import redis
+from support.primary import FakePrimary, small_keys_rdb
 from support.server import ServerProcess
 from test_rdb_snapshot import fill
 from test_replication import every_kind_of_change, same  # same: WAIT counts the replica, then it equals the primary
@@ -260,76 +261,6 @@ def test_replicaof_checks_its_port(server):
     assert r.info("replication")["role"] == "master"
 
 
-class FakePrimary:
-    """A peer that speaks just enough of a primary's side to send the replica a chosen snapshot: it answers the
-    handshake, then every PSYNC with +FULLRESYNC and ``payload``, then closes. Not a stand-in for the server
-    under test: the damaged transfers it sends are what no real primary can be made to send on demand."""
-
-    def __init__(self, payload: bytes | list[bytes], hold: float = 0) -> None:
-        import socket
-        import threading
-
-        self.payload = [payload] if isinstance(payload, bytes) else payload  # pieces, sent 50 ms apart
-        self.hold = hold  # seconds the connection stays open, silent, after the payload
-        self.psyncs = 0
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        self.host = "127.0.0.1"
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        import threading
-
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._talk, args=(conn,), daemon=True).start()
-
-    def _talk(self, conn) -> None:
-        with conn, conn.makefile("rb") as f:
-            try:
-                while True:
-                    argv = self._command(f)
-                    name = argv[0].lower()
-                    if name == b"ping":
-                        conn.sendall(b"+PONG\r\n")
-                    elif name == b"psync":
-                        self.psyncs += 1
-                        conn.sendall(b"+FULLRESYNC " + b"f" * 40 + b" 0\r\n")
-                        for piece in self.payload:
-                            time.sleep(0.05)
-                            conn.sendall(piece)
-                        time.sleep(self.hold)
-                        return
-                    else:
-                        conn.sendall(b"+OK\r\n")
-            except (OSError, ValueError):
-                pass
-
-    @staticmethod
-    def _command(f) -> list[bytes]:
-        head = f.readline()
-        if not head.startswith(b"*"):
-            raise ValueError(head)
-        argv = []
-        for _ in range(int(head[1:])):
-            n = int(f.readline()[1:])
-            argv.append(f.read(n + 2)[:-2])
-        return argv
-
-    def wait_psyncs(self, n: int, timeout: float = 20) -> None:
-        deadline = time.monotonic() + timeout
-        while self.psyncs < n:
-            assert time.monotonic() < deadline, f"{self.psyncs} PSYNC so far"
-            time.sleep(0.05)
-
-    def close(self) -> None:
-        self.sock.close()
-
-
 def test_a_transfer_cut_short_keeps_the_data_held(server):
     r = server.client()
     r.set("mine", "1")
@@ -445,3 +376,90 @@ def test_an_eof_marked_snapshot_whose_mark_arrives_in_pieces(server):
     finally:
         r.replicaof("NO", "ONE")
         fake.close()
+
+
+def test_clients_get_loading_while_the_primary_s_snapshot_loads(server):
+    """Between the flush and the last key a replica holds part of its primary's data: it answers -LOADING to
+    every command but those Redis flags ``loading`` (INFO, CONFIG, AUTH, HELLO...; not PING), and INFO
+    persistence shows the load."""
+    r = server.client()
+    r.set("old", "1")
+    keys = 400_000
+    rdb = small_keys_rdb(keys)
+    fake = FakePrimary(b"$%d\r\n" % len(rdb) + rdb, hold=60)
+    raw = server.raw()
+    try:
+        r.replicaof(fake.host, fake.port)
+        refused, infos, pings = 0, [], set()
+        deadline = time.monotonic() + 60
+        while r.info("replication")["master_link_status"] != "up":
+            assert time.monotonic() < deadline, server.stderr_text()[-3000:]
+            got = raw.command("GET", "k:0000000")
+            if got.startswith(b"-LOADING "):
+                refused += 1
+                pings.add(raw.command("PING")[:9])
+                info = raw.command("INFO", "persistence")
+                if b"loading:1" in info:
+                    infos.append(info)
+            else:
+                assert got in (b"$-1\r\n", b"$13\r\nvalue:0000000\r\n"), got  # before the load, or after it
+        assert refused > 0 and b"-LOADING " in pings and pings <= {b"-LOADING ", b"+PONG\r\n"}, (refused, pings)
+        assert infos and all(b"loading_total_bytes:%d" % len(rdb) in i for i in infos), infos[:1]
+        assert r.dbsize() == keys and r.get("old") is None
+        assert r.info("persistence")["loading"] == 0
+    finally:
+        raw.close()
+        r.replicaof("NO", "ONE")
+        fake.close()
+
+
+def test_replica_serve_stale_data_no_refuses_reads_while_the_link_is_down(server):
+    """With replica-serve-stale-data no, a replica whose primary cannot be reached answers -MASTERDOWN, except
+    to the commands Redis flags ``stale`` (INFO, CONFIG, REPLICAOF...); with yes it serves what it holds."""
+    import socket
+
+    r = server.client()
+    r.set("held", "1")
+    with socket.socket() as probe:  # a port with nothing behind it
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    raw = server.raw()
+    try:
+        r.config_set("replica-serve-stale-data", "no")
+        r.replicaof("127.0.0.1", port)
+        assert raw.command("GET", "held") == (
+            b"-MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.\r\n"
+        )
+        assert raw.command("DBSIZE").startswith(b"-MASTERDOWN ")
+        assert b"master_link_status:down" in raw.command("INFO", "replication")
+        assert raw.command("CONFIG", "SET", "replica-serve-stale-data", "yes") == b"+OK\r\n"
+        assert raw.command("GET", "held") == b"$1\r\n1\r\n"
+    finally:
+        raw.close()
+        r.replicaof("NO", "ONE")
+        r.config_set("replica-serve-stale-data", "yes")
+    assert r.get("held") == b"1"
+
+
+@pytest.mark.kvd_only  # compares kvd's table with redis-server's
+def test_every_command_has_redis_s_loading_and_stale_flags(server, redis_server):
+    """Which commands a loading or stale replica still runs is Redis's per command (and per subcommand), as its
+    COMMAND INFO flags ``loading`` and ``stale`` say: kvd's flags are compared for every command both have."""
+    from support.raw import parse
+
+    marks = {b"loading", b"stale"}
+    with server.raw() as kvd, redis_server.raw() as redis:
+        compared = 0
+        for name in sorted(parse(kvd.command("COMMAND", "LIST"))):
+            mine = parse(kvd.command("COMMAND", "INFO", name))[0]
+            theirs = parse(redis.command("COMMAND", "INFO", name))[0]
+            if theirs is None:  # kvd's own, and what Redis 7.2 added to Debian's 7.0
+                continue
+            assert set(mine[2]) & marks == set(theirs[2]) & marks, name
+            subs = {s[0]: set(s[2]) & marks for s in mine[9]}
+            for sub in theirs[9]:
+                if sub[0] in subs:
+                    assert subs[sub[0]] == set(sub[2]) & marks, sub[0]
+                    compared += 1
+            compared += 1
+        assert compared > 150

@@ -203,3 +203,36 @@ def test_server_restart_recovers_after_backoff(tmp_path) -> None:
         assert c.prefix_len(["a"]) == 1
     finally:
         srv.stop()
+
+
+def test_a_replica_loading_its_primary_s_snapshot_is_a_miss(tmp_path) -> None:
+    """While a replica loads a snapshot it holds part of its primary's data and answers -LOADING: every call is a
+    miss and the client backs off as from a down server (BusyLoadingError, on the direct-read MGET path too),
+    then finds the loaded keys."""
+    from support.primary import FakePrimary, small_keys_rdb
+
+    srv = Server(tmp_path, persistence=False).start()
+    keys = 400_000
+    rdb = small_keys_rdb(keys)
+    fake = FakePrimary(b"$%d\r\n" % len(rdb) + rdb, hold=60)
+    try:
+        r = srv.client()
+        r.replicaof(fake.host, fake.port)
+        refused = 0
+        deadline = time.monotonic() + 60
+        while r.info("replication")["master_link_status"] != "up":
+            assert time.monotonic() < deadline
+            c = _client(srv.url, retry_after_s=0.05)
+            got = c.get_many(["k:0000000"], value_size_hint=1 << 20)  # received in place (_mget_into)
+            if not c.available:  # it met -LOADING
+                refused += 1
+                assert got == [None]
+                assert c.prefix_len(["k:0000000"]) == 0 and c.get_many(["k:0000000"]) == [None]
+            c.close()
+        assert refused > 0
+        c = _client(srv.url)
+        assert c.get_many(["k:0000000", "k:0399999"], value_size_hint=1 << 20) == [b"value:0000000", b"value:0399999"]
+        assert c.prefix_len(["k:0000000", "k:0000001", "missing"]) == 2
+    finally:
+        fake.close()
+        srv.stop()

@@ -389,6 +389,7 @@ def test_runtime_keys() -> None:
         "masterauth",
         "masteruser",
         "replica-read-only",
+        "replica-serve-stale-data",
         "repl-timeout",
         "acllog-max-len",
         "loglevel",
