@@ -131,14 +131,15 @@ async def _serve(settings: Settings) -> int:
             print(f"kvd: dir: {exc}", file=sys.stderr)
             return 2
     keyspace = Keyspace(maxmemory=settings.maxmemory, policy=settings.maxmemory_policy, seg_log=seg_log)
-    identity = None
+    identity = link_identity = None
     if seg_log is not None:
-        from kvd.replication import take_identity
+        from kvd.replication import LINK_IDENTITY_FILE, take_identity
 
         keyspace.restore(recovered)
         seg_log.start(asyncio.get_running_loop(), keyspace)
         identity = take_identity(settings.dir)  # a clean shutdown's replication id: replicas continue
-    server = Server(settings, keyspace, report, identity)
+        link_identity = take_identity(settings.dir, LINK_IDENTITY_FILE)  # and its primary's: it continues
+    server = Server(settings, keyspace, report, identity, link_identity)
     try:
         await server.start()
     except OSError as exc:

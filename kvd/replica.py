@@ -35,8 +35,11 @@ Offsets. ``offset`` counts the bytes of every command that reached the keyspace,
 its arguments (primaries send commands in that form). A cut link goes back to connect after a second and asks
 to continue from ``offset + 1``: commands received but not yet run when the link broke were not counted, so
 they are sent again; a MULTI cut before its EXEC is rewound to before the MULTI. The history is kept while the
-process runs and forgotten at ``REPLICAOF NO ONE`` (the replica may then take writes the history lacks); after
-a restart a replica resynchronises fully.
+process runs and forgotten at ``REPLICAOF NO ONE`` (the replica may then take writes the history lacks). A clean
+shutdown with persistence on writes it to ``dir/replica-link.id`` once the log is flushed (``resumable``), and the
+next start takes it and asks to continue, so a restarted replica gets only what it missed, as a Redis replica
+does from the replid its RDB file keeps; after a crash the file is not there and the replica resynchronises
+fully.
 
 What differs from a Redis replica: kvd's own clock expires keys (deadlines are absolute, so it expires them
 when the primary does, give or take the clocks' skew; the primary's DEL that follows changes nothing), and the
@@ -335,6 +338,13 @@ class ReplicaLink:
     @property
     def link_up(self) -> bool:
         return self.state == "connected"
+
+    def resumable(self) -> bool:
+        """Whether the keyspace holds exactly the primary's data at ``offset``, so that a clean restart may ask to
+        continue from there: a history is known (no snapshot half-loaded) and no command of the stream is
+        half-run (one waiting for a cold value when the link stops)."""
+        client = self._client
+        return self.replid != _NO_HISTORY and self.offset >= 0 and not (client is not None and client.busy)
 
     def last_io(self) -> float:
         """Seconds since the primary last sent anything (INFO's master_last_io_seconds_ago)."""

@@ -58,6 +58,7 @@ log = logging.getLogger("kvd.replication")
 
 Part = bytes | bytearray | memoryview
 IDENTITY_FILE = "replication.id"  # in the segment directory: the replid and offset a clean shutdown left
+LINK_IDENTITY_FILE = "replica-link.id"  # beside it, on a replica: the primary's replid and how far it was applied
 _LARGE = 32 << 10  # an argument this long is sent as a view of the value, not copied into the header
 _MULTI = b"*1\r\n$5\r\nMULTI\r\n"
 _EXEC = b"*1\r\n$4\r\nEXEC\r\n"
@@ -348,11 +349,13 @@ class ReplicationFeed:
 # -- the replication id across a clean restart ----------------------------------------------------------------
 
 
-def save_identity(directory: str | os.PathLike[str], replid: str, offset: int) -> None:
+def save_identity(directory: str | os.PathLike[str], replid: str, offset: int, name: str = IDENTITY_FILE) -> None:
     """At a clean shutdown, once the log is flushed and fsynced: the stream's id and end. The keyspace on disk is
     then exactly the state at ``offset``, so the next start may go on with the same history (as Redis keeps its
-    replid in the RDB file it saves at shutdown). Written beside, fsynced, renamed."""
-    path = Path(directory) / IDENTITY_FILE
+    replid in the RDB file it saves at shutdown). ``LINK_IDENTITY_FILE``: the same for the primary's stream a
+    replica applied, so that after the restart it asks the primary to continue (kvd/replica.py). Written
+    beside, fsynced, renamed."""
+    path = Path(directory) / name
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w") as f:
         f.write(f"{replid} {offset}\n")
@@ -362,11 +365,11 @@ def save_identity(directory: str | os.PathLike[str], replid: str, offset: int) -
     _fsync_directory(path.parent)
 
 
-def take_identity(directory: str | os.PathLike[str]) -> tuple[str, int] | None:
+def take_identity(directory: str | os.PathLike[str], name: str = IDENTITY_FILE) -> tuple[str, int] | None:
     """At start-up, after recovery: the id a clean shutdown left, removed at once, so that a crash later in this
     run (whose recovered keyspace may lack the last writes replicas have) can never reuse it. None if there is
     none, or it is not one (then a new id, and full resynchronisations)."""
-    path = Path(directory) / IDENTITY_FILE
+    path = Path(directory) / name
     try:
         text = path.read_text()
     except (FileNotFoundError, UnicodeDecodeError):

@@ -29,7 +29,7 @@ from kvd.persist.saves import Saves
 from kvd.protocol import errors
 from kvd.pubsub import PubSub
 from kvd.replica import LoadProgress, ReplicaLink
-from kvd.replication import Replica, ReplicationFeed, save_identity
+from kvd.replication import LINK_IDENTITY_FILE, Replica, ReplicationFeed, save_identity
 from kvd.slowlog import SlowLog
 from kvd.stats import ServerStats, render_info
 from kvd.tracking import Tracking
@@ -51,6 +51,7 @@ class Server:
         keyspace: Keyspace,
         recovery: RecoveryReport | None = None,
         replication_identity: tuple[str, int] | None = None,
+        link_identity: tuple[str, int] | None = None,
     ) -> None:
         self.settings = settings
         self.keyspace = keyspace
@@ -87,6 +88,7 @@ class Server:
             self.replication.continue_history(replication_identity[1])
             keyspace.feed = self.replication if self.replication.needed else None
         self.link: ReplicaLink | None = None  # following a primary (REPLICAOF host port; kvd/replica.py)
+        self._link_identity = link_identity  # how far a clean shutdown had applied the primary's stream
         # What a client may run while kvd is a replica (Client._execute asks refusal() only while gated is set,
         # so a primary's commands pay one attribute test): writes are refused on a read-only replica, most
         # commands while a snapshot loads, and most while the link is down if stale data must not be served.
@@ -144,9 +146,9 @@ class Server:
 
     # -- replicating from a primary (kvd/replica.py) -------------------------------------------------------------
 
-    def replicate_from(self, host: str, port: int) -> None:
-        """REPLICAOF host port: follow that primary from now on (the connection is made in the background)."""
-        history = None
+    def replicate_from(self, host: str, port: int, history: tuple[str, int] | None = None) -> None:
+        """REPLICAOF host port: follow that primary from now on (the connection is made in the background).
+        ``history``: the primary's replid and the offset the keyspace is at (a clean restart's), to continue."""
         if self.link is not None:
             self.link.stop()
             history = (self.link.replid, self.link.offset)  # another primary of the same history may continue it
@@ -298,7 +300,8 @@ class Server:
         self._tick = asyncio.create_task(self._background())
         if s.replicaof:
             host, port = s.replicaof.split()
-            self.replicate_from(host, int(port))
+            self.replicate_from(host, int(port), self._link_identity)
+        self._link_identity = None  # taken: it describes the keyspace only until the first change
 
     async def _bind(self, port: int, context: ssl.SSLContext | None = None) -> list[asyncio.AbstractServer]:
         """One listener per ``bind`` address on ``port``, bound and listening only once ``start`` says so."""
@@ -332,9 +335,11 @@ class Server:
     async def stop(self) -> None:
         for server in self._listeners:
             server.close()
-        if self.link is not None:
-            self.link.stop()  # the setting stays: a restart follows the same primary
-            await self.link.wait_stopped()
+        link = self.link
+        resumable = link is not None and link.resumable()  # judged before stopping half-run commands
+        if link is not None:
+            link.stop()  # the setting stays: a restart follows the same primary
+            await link.wait_stopped()
         self.replication.flush_now()  # the last changes reach the replicas before their connections close
         if self._tick is not None:
             self._tick.cancel()
@@ -358,6 +363,11 @@ class Server:
                     save_identity(self.settings.dir, feed.replid, feed.offset)
                 except OSError as exc:
                     log.warning("replication id not saved (%s): replicas will resynchronise fully", exc)
+            if link is not None and resumable:  # the keyspace on disk is the primary's at link.offset
+                try:
+                    save_identity(self.settings.dir, link.replid, link.offset, LINK_IDENTITY_FILE)
+                except OSError as exc:
+                    log.warning("primary's replication id not saved (%s): the next start resynchronises", exc)
         log.info("bye: %d keys, log flushed", len(self.keyspace))
 
     async def _background(self) -> None:

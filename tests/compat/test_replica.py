@@ -230,6 +230,43 @@ def test_a_persistent_replica_restarts_as_a_replica_with_its_data(server_factory
     same(p, r)
 
 
+@pytest.mark.kvd_only  # a Redis replica keeps its primary's replid in the RDB file it saves, not kvd's way
+def test_a_cleanly_restarted_replica_continues_without_a_snapshot(server_factory, redis_server):
+    """SIGTERM: the log is flushed and the primary's replid and offset saved, so the next start asks to continue
+    and gets only what it missed (the primary counts a partial sync, not a full one). kill -9 saves nothing:
+    the next start resynchronises fully."""
+    replica = server_factory("--persistence", "yes", "--appendfsync", "everysec")
+    p = redis_server.client()
+    p.set("big", os.urandom(2 * MiB))
+    p.mset({f"k{i}": f"v{i}" for i in range(300)})
+    r = follow(replica, redis_server)
+    with p.pipeline(transaction=True) as tx:  # a transaction in the stream before the restart
+        tx.incr("counter").set("after-tx", "1")
+        tx.execute()
+    same(p, r)
+    full, partial = p.info("stats")["sync_full"], p.info("stats")["sync_partial_ok"]
+    replica.stop()
+    assert (replica.dir / "replica-link.id").exists()
+    p.set("while-away", "1")
+    p.incr("counter")
+    replica.restart(["--replicaof", f"{redis_server.host} {redis_server.port}"])
+    r = replica.client()
+    wait_link(r, replica)
+    same(p, r)
+    assert r.get("while-away") == b"1" and r.get("counter") == b"2" and len(r.get("big")) == 2 * MiB
+    stats = p.info("stats")
+    assert (stats["sync_full"], stats["sync_partial_ok"]) == (full, partial + 1)
+    assert not (replica.dir / "replica-link.id").exists()  # taken at start: a crash now cannot reuse it
+
+    replica.kill9()
+    p.set("after-crash", "1")
+    replica.restart()
+    r = replica.client()
+    wait_link(r, replica)
+    same(p, r)
+    assert p.info("stats")["sync_full"] == full + 1
+
+
 def test_a_redis_replica_of_the_replica_gets_the_same_data(server, redis_server, server_factory):
     """A chain: redis-server -> the server under test -> another redis-server."""
     from support.server import ServerProcess as Proc
