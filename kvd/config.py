@@ -158,7 +158,9 @@ class Settings:
     tls_port: int = _key("int", 0, "TLS port (0 = TLS off)", "Security", low=0, high=65535)
     tls_cert_file: str = _key("str", "", "server certificate chain (PEM); needed when tls-port is set", "Security")
     tls_key_file: str = _key("str", "", "server private key (PEM); needed when tls-port is set", "Security")
-    tls_ca_cert_file: str = _key("str", "", "CA bundle that signs client certificates", "Security")
+    tls_ca_cert_file: str = _key(
+        "str", "", "CA bundle that signs client certificates, and a TLS primary's (tls-replication)", "Security"
+    )
     tls_auth_clients: str = _key(
         "choice",
         "no",
@@ -166,6 +168,10 @@ class Settings:
         "Security",
         choices=("yes", "no", "optional"),
     )
+    tls_client_cert_file: str = _key(
+        "str", "", "certificate (PEM) a replica shows its TLS primary (empty = tls-cert-file, if any)", "Security"
+    )
+    tls_client_key_file: str = _key("str", "", "private key of tls-client-cert-file (PEM)", "Security")
     # Memory
     maxmemory: int = _key(
         "size", 1 << 30, "RAM tier budget: keys, values and per-entry overhead (0 = unlimited)", "Memory", runtime=True
@@ -280,6 +286,13 @@ class Settings:
         True,
         "a replica whose link to its primary is down still serves what it holds (no: -MASTERDOWN but for INFO, "
         "REPLICAOF and the other commands Redis flags stale)",
+        "Replication",
+        runtime=True,
+    )
+    tls_replication: bool = _key(
+        "bool",
+        False,
+        "a replica connects to its primary's TLS port over TLS, verifying it with tls-ca-cert-file",
         "Replication",
         runtime=True,
     )
@@ -426,6 +439,10 @@ def _cross_check(v: dict[str, Any]) -> str | None:
             return f"tls-auth-clients: '{v['tls-auth-clients']}' needs tls-ca-cert-file to verify client certificates"
     elif not v["port"]:
         return "port: 0 turns plain TCP off, so tls-port must be set or nothing would listen"
+    if v["tls-replication"] and not v["tls-ca-cert-file"]:
+        return "tls-replication: needs tls-ca-cert-file to verify the primary's certificate"
+    if bool(v["tls-client-cert-file"]) != bool(v["tls-client-key-file"]):
+        return "tls-client-cert-file: needs tls-client-key-file, and the other way round"
     soft, hard = v["client-output-buffer-soft-limit"], v["client-output-buffer-hard-limit"]
     if hard and soft > hard:
         return (

@@ -45,7 +45,8 @@ What differs from a Redis replica: kvd's own clock expires keys (deadlines are a
 when the primary does, give or take the clocks' skew; the primary's DEL that follows changes nothing), and the
 RAM tier's eviction applies (with persistence on it only moves values to disk; without it a replica over
 ``maxmemory`` drops keys the primary still has). Sub-replicas of a kvd replica follow the replica's own history
-(its ``master_replid``), not the top primary's. The link is plain TCP: a TLS primary is not reached.
+(its ``master_replid``), not the top primary's. With ``tls-replication`` the link is TLS, the primary verified
+with ``tls-ca-cert-file`` (``client_tls_context``).
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ import contextlib
 import dataclasses
 import logging
 import os
+import ssl
 import tempfile
 import time
 from pathlib import Path
@@ -67,6 +69,7 @@ from kvd.persist.rdb import RdbError, RdbReader
 from kvd.store.keyspace import now_ms
 
 if TYPE_CHECKING:
+    from kvd.config import Settings
     from kvd.server import Server
 
 log = logging.getLogger("kvd.replica")
@@ -395,12 +398,18 @@ class ReplicaLink:
         timeout = float(settings.repl_timeout)
         self.state = "connecting"
         loop = asyncio.get_running_loop()
+        tls = client_tls_context(settings) if settings.tls_replication else None
         try:
             transport, wire = await asyncio.wait_for(
-                loop.create_connection(lambda: _Wire(timeout), self.host, self.port), timeout
+                loop.create_connection(
+                    lambda: _Wire(timeout), self.host, self.port, ssl=tls, server_hostname=self.host if tls else None
+                ),
+                timeout,
             )
         except TimeoutError:
             raise LinkError(f"connecting took over {timeout:g} s (repl-timeout)") from None
+        except ssl.SSLError as exc:
+            raise LinkError(f"TLS with the primary failed: {exc.reason or exc}") from None
         self._wire = wire
         self.state = "handshake"
         await self._handshake(wire)
@@ -632,6 +641,23 @@ class ReplicaLink:
             ("replica_announced", 1),
         ]
         return rows
+
+
+def client_tls_context(settings: Settings) -> ssl.SSLContext:
+    """TLS to the primary (``tls-replication``): its certificate must be signed by ``tls-ca-cert-file``; the
+    host name is not checked, as Redis does not check it (replicas often name their primary by address). kvd
+    shows ``tls-client-cert-file``, else ``tls-cert-file``, to a primary that asks for a client certificate.
+    Built per attempt, so a certificate renewed on disk is used at the next connection."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_REQUIRED
+    context.load_verify_locations(settings.tls_ca_cert_file)
+    if settings.tls_client_cert_file:
+        context.load_cert_chain(settings.tls_client_cert_file, settings.tls_client_key_file)
+    elif settings.tls_cert_file and settings.tls_key_file:
+        context.load_cert_chain(settings.tls_cert_file, settings.tls_key_file)
+    return context
 
 
 def _check(path: Path) -> int:

@@ -6,10 +6,12 @@ Skipped (with the reason) when openssl or a TLS-enabled redis-cli is missing.
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import socket
 import ssl
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -219,3 +221,52 @@ async def test_the_tls_port_accepts_once_the_tcp_port_does(certs, monkeypatch):
     finally:
         starting.cancel()
         await server.stop()
+
+
+def _wait_link(r: redis.Redis, srv, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while r.info("replication")["master_link_status"] != "up":
+        assert time.monotonic() < deadline, srv.log_tail()
+        time.sleep(0.05)
+
+
+def test_a_replica_follows_its_primary_over_tls(kvd_factory, certs):
+    """tls-replication: the replica reaches the primary's TLS port, shows its client certificate to a primary that
+    requires one, takes the snapshot and then the stream."""
+    primary = start_tls(kvd_factory, certs, "yes")
+    replica = kvd_factory(
+        "--tls-replication", "yes",
+        "--tls-ca-cert-file", str(certs / "ca.crt"),
+        "--tls-client-cert-file", str(certs / "client.crt"),
+        "--tls-client-key-file", str(certs / "client.key"),
+    )  # fmt: skip
+    p = primary.client()
+    big = os.urandom(3 * MiB)
+    p.set("big", big)
+    p.mset({f"k{i}": f"v{i}" for i in range(200)})
+    r = replica.client()
+    r.replicaof("127.0.0.1", primary.tls_port)
+    _wait_link(r, replica)
+    assert r.get("big") == big and r.get("k199") == b"v199"
+    p.set("streamed", big[:MiB])
+    deadline = time.monotonic() + 20
+    while r.get("streamed") is None:
+        assert time.monotonic() < deadline, replica.log_tail()
+        time.sleep(0.05)
+    assert r.get("streamed") == big[:MiB]
+    assert p.info("replication")["connected_slaves"] == 1
+
+
+def test_a_tls_primary_whose_certificate_is_not_trusted_is_not_followed(kvd_factory, certs):
+    primary = start_tls(kvd_factory, certs, "no")
+    primary.client().set("secret", "1")
+    replica = kvd_factory("--tls-replication", "yes", "--tls-ca-cert-file", str(certs / "otherca.crt"))
+    r = replica.client()
+    r.replicaof("127.0.0.1", primary.tls_port)
+    deadline = time.monotonic() + 10
+    while "TLS with the primary failed" not in replica.log_tail():
+        assert time.monotonic() < deadline, replica.log_tail()
+        time.sleep(0.1)
+    assert "CERTIFICATE_VERIFY_FAILED" in replica.log_tail()
+    assert r.info("replication")["master_link_status"] == "down" and r.get("secret") is None
+    r.replicaof("NO", "ONE")

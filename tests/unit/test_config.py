@@ -246,6 +246,8 @@ def test_compaction_ratio_accepts_one_as_integer(tmp_path: Path) -> None:
             "client-output-buffer-soft-limit: 2147483648 must not exceed client-output-buffer-hard-limit",
         ),
         ('dir = ""', "dir: must not be empty while persistence is on"),
+        ("tls-replication = true", "tls-replication: needs tls-ca-cert-file to verify the primary's certificate"),
+        ('tls-client-cert-file = "c.pem"', "tls-client-cert-file: needs tls-client-key-file"),
     ],
 )
 def test_cross_field_rules(tmp_path: Path, body: str, fragment: str) -> None:
@@ -390,6 +392,7 @@ def test_runtime_keys() -> None:
         "masteruser",
         "replica-read-only",
         "replica-serve-stale-data",
+        "tls-replication",
         "repl-timeout",
         "acllog-max-len",
         "loglevel",
