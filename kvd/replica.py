@@ -70,6 +70,7 @@ from kvd.store.keyspace import now_ms
 
 if TYPE_CHECKING:
     from kvd.config import Settings
+    from kvd.failover import Failover
     from kvd.server import Server
 
 log = logging.getLogger("kvd.replica")
@@ -320,6 +321,7 @@ class ReplicaLink:
         self._stream_done: asyncio.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None
         self._stopped = False
+        self.failover: Failover | None = None  # this server ran FAILOVER: the first PSYNC says so (kvd/failover.py)
 
     # -- life ----------------------------------------------------------------------------------------------
 
@@ -370,6 +372,9 @@ class ReplicaLink:
                 log.exception("replication from %s:%d failed", self.host, self.port)
             finally:
                 self._close()
+            if self.failover is not None:  # the FAILOVER's target was not reached: this server stays the primary
+                asyncio.get_running_loop().call_soon(self.failover.abort, self.last_error or "the link failed")
+                self.failover = None
             if self.state == "connected":
                 self.down_since = time.monotonic()
             self.state = "connect"
@@ -414,7 +419,15 @@ class ReplicaLink:
         self.state = "handshake"
         await self._handshake(wire)
         self.state = "sync"
-        reply = await wire.ask(b"PSYNC", self.replid.encode(), b"%d" % (self.offset + 1 if self.offset >= 0 else -1))
+        psync = [b"PSYNC", self.replid.encode(), b"%d" % (self.offset + 1 if self.offset >= 0 else -1)]
+        failover = self.failover
+        reply = await wire.ask(*psync, *([b"FAILOVER"] if failover is not None else []))
+        if failover is not None:  # the target answered: it is the primary now, or it refused and this one stays
+            self.failover = None
+            if reply.startswith((b"+FULLRESYNC", b"+CONTINUE")):
+                failover.completed()
+            else:
+                asyncio.get_running_loop().call_soon(failover.abort, f"the target refused PSYNC: {_text(reply)}")
         if reply.startswith(b"+FULLRESYNC"):
             parts = reply.split()
             if len(parts) != 3 or not parts[2].lstrip(b"-").isdigit():

@@ -307,8 +307,8 @@ class ReplicationFeed:
         self.flush_now()
         target = self.written_offset
         deadline = time.monotonic() + timeout_ms / 1000 if timeout_ms else None
-        if self.replicas and self.acked(target) < numreplicas:
-            self._send([_GETACK])  # ask for acknowledgements now rather than at the next second
+        if self.acked(target) < numreplicas:
+            self.request_acks()  # now rather than at the replicas' next second
         while self.acked(target) < numreplicas:
             waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._ack_waiters.append(waiter)
@@ -316,6 +316,18 @@ class ReplicationFeed:
             if not await client.block(waiter, left):
                 break
         return self.acked(target)
+
+    def request_acks(self) -> None:
+        """REPLCONF GETACK * to every replica: their offsets now, not at their next second."""
+        if self.replicas:
+            self._send([_GETACK])
+
+    async def wait_ack(self, timeout: float) -> None:
+        """Until a replica acknowledges an offset or leaves, or ``timeout`` seconds."""
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._ack_waiters.append(waiter)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(waiter, timeout)
 
     def _wake_ack_waiters(self) -> None:
         waiters, self._ack_waiters = self._ack_waiters, []

@@ -23,6 +23,7 @@ from kvd.acllog import AclLog
 from kvd.commands.registry import LOADING, STALE
 from kvd.config import Settings
 from kvd.connection import Client, ReplyBatch
+from kvd.failover import Failover
 from kvd.latency import LatencyMonitor
 from kvd.notify import KEYEVENT, KEYSPACE, KeyspaceEvents, parse_flags
 from kvd.persist.saves import Saves
@@ -71,7 +72,11 @@ class Server:
         if keyspace.log is not None:
             keyspace.log.watch_latency(self.latency.add)
         self.watch_ns = _watch_ns(settings)  # a command this slow goes to SLOWLOG and/or the latency monitor
-        self.paused: str | None = None  # CLIENT PAUSE: "write" or "all" until _pause_end (loop time)
+        # Clients' commands held: "write" or "all", the stricter of a CLIENT PAUSE (until _pause_end, loop time)
+        # and a FAILOVER's hold on writes (kvd/failover.py), each ended by its own owner.
+        self.paused: str | None = None
+        self._client_pause: str | None = None
+        self._failover_hold = False
         self._pause_end = 0.0
         self._pause_timer: asyncio.TimerHandle | None = None
         self.run_id = os.urandom(20).hex()
@@ -95,6 +100,7 @@ class Server:
         self.read_only = False
         self.loading: LoadProgress | None = None  # a replica loading its primary's snapshot (kvd/replica.py)
         self.gated = False
+        self.failover: Failover | None = None  # FAILOVER on this primary, until the role is handed over
         self.bound_port = settings.port
         self.loop_name = "asyncio"
         self._next_id = 0
@@ -146,15 +152,19 @@ class Server:
 
     # -- replicating from a primary (kvd/replica.py) -------------------------------------------------------------
 
-    def replicate_from(self, host: str, port: int, history: tuple[str, int] | None = None) -> None:
+    def replicate_from(
+        self, host: str, port: int, history: tuple[str, int] | None = None, failover: Failover | None = None
+    ) -> None:
         """REPLICAOF host port: follow that primary from now on (the connection is made in the background).
-        ``history``: the primary's replid and the offset the keyspace is at (a clean restart's), to continue."""
+        ``history``: the primary's replid and the offset the keyspace is at (a clean restart's, or this server's
+        own stream when a FAILOVER hands the role to that replica: ``failover``), to continue."""
         if self.link is not None:
             self.link.stop()
             history = (self.link.replid, self.link.offset)  # another primary of the same history may continue it
         self.link = ReplicaLink(self, host, port)
         if history is not None:
             self.link.replid, self.link.offset = history
+        self.link.failover = failover
         self._set_replicaof(f"{host} {port}")
         self.link.start()
         log.info("replicating from %s:%d from now on", host, port)
@@ -254,29 +264,45 @@ class Server:
         stops meanwhile; a pause of 0 ms ends at once."""
         loop = asyncio.get_running_loop()
         end = loop.time() + timeout_ms / 1000
-        if self.paused is not None:
+        if self._client_pause is not None:
             end = max(end, self._pause_end)
-            mode = "all" if "all" in (mode, self.paused) else "write"
+            mode = "all" if "all" in (mode, self._client_pause) else "write"
         if end <= loop.time():
             return
-        self.paused, self._pause_end = mode, end
+        self._client_pause, self._pause_end = mode, end
         if self._pause_timer is not None:
             self._pause_timer.cancel()
         self._pause_timer = loop.call_at(end, self.unpause_clients)
-        for client in self.clients.values():
-            client.hold_commands()
+        self._update_pause()
         log.info("clients paused (%s) for %d ms", mode, timeout_ms)
 
     def unpause_clients(self) -> None:
-        if self.paused is None:
+        """CLIENT UNPAUSE, or the pause's end. A FAILOVER's hold on writes stays until the failover ends."""
+        if self._client_pause is None:
             return
-        self.paused = None
+        self._client_pause = None
         if self._pause_timer is not None:
             self._pause_timer.cancel()
             self._pause_timer = None
-        for client in list(self.clients.values()):
-            client.resume_commands()
+        self._update_pause()
         log.info("clients unpaused")
+
+    def hold_writes_for_failover(self, hold: bool) -> None:
+        self._failover_hold = hold
+        self._update_pause()
+
+    def _update_pause(self) -> None:
+        modes = (self._client_pause, "write" if self._failover_hold else None)
+        mode = "all" if "all" in modes else ("write" if "write" in modes else None)
+        before, self.paused = self.paused, mode
+        if mode == before:
+            return
+        if mode is not None and (before is None or mode == "all"):
+            for client in self.clients.values():
+                client.hold_commands()
+        else:  # none, or writes only after all: what no longer waits runs
+            for client in list(self.clients.values()):
+                client.resume_commands()
 
     # -- lifecycle ---------------------------------------------------------------------------------------------
 

@@ -326,7 +326,7 @@ def _replication(s: Server) -> list[tuple[str, object]]:
         *(link.info() if link is not None else ()),
         ("connected_slaves", len(feed.replicas)),
         *feed.info(),
-        ("master_failover_state", "no-failover"),
+        ("master_failover_state", s.failover.state if s.failover is not None else "no-failover"),
         ("master_replid", feed.replid),
         ("master_repl_offset", feed.offset),
         *feed.backlog_info(),

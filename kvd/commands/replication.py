@@ -7,9 +7,8 @@ report their own fsyncs.
 REPLICAOF <host> <port> makes kvd a read-only replica of that server, Redis or kvd (kvd/replica.py: the link
 connects in the background, so the reply is +OK at once, as Redis's); REPLICAOF NO ONE makes it a primary again
 with the data it holds. On a replica ROLE answers ``slave``, its primary, the link's state and offset, and WAIT is
-refused as Redis refuses it. FAILOVER answers as a Redis primary without replicas; with replicas it is refused,
-since kvd does not hand its role over in one step (promote the replica with REPLICAOF NO ONE, then point kvd at
-it with REPLICAOF).
+refused as Redis refuses it. FAILOVER hands a primary's role to one of its replicas without losing a write
+(kvd/failover.py), with Redis's checks, errors and steps.
 
 A WAIT or WAITAOF that asks for more replicas than will answer blocks until its timeout (0 = for ever), as on a
 Redis primary. The wait blocks only its own client; CLIENT UNBLOCK, a disconnect or SHUTDOWN ends it early.
@@ -26,6 +25,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from kvd.failover import Failover
 from kvd.protocol import errors
 from kvd.protocol.errors import CommandError
 
@@ -174,6 +174,8 @@ def _timeout_ms(raw: bytes) -> int:
 )
 def replicaof(c: Client, argv: list[Any]) -> None:
     server = c.server
+    if server.failover is not None:
+        raise CommandError("ERR REPLICAOF not allowed while failing over.")
     if lower(argv[1]) == b"no" and lower(argv[2]) == b"one":
         server.stop_replicating()  # a primary already: nothing to do, as Redis answers one
         c.reply.ok()
@@ -211,14 +213,20 @@ def slaveof(c: Client, argv: list[Any]) -> None:
     f"{ADMIN} {STALE}",
     group="server",
     since="6.2.0",
-    summary="Starts a coordinated failover from a server to one of its replicas (kvd has none).",
+    summary="Starts a coordinated failover from a server to one of its replicas.",
     usage="[TO host port [FORCE]] [ABORT] [TIMEOUT milliseconds]",
 )
 def failover(c: Client, argv: list[Any]) -> None:
+    server = c.server
     if len(argv) == 2 and lower(argv[1]) == b"abort":
-        raise CommandError("ERR No failover in progress.")
+        if server.failover is None:
+            raise CommandError("ERR No failover in progress.")
+        server.failover.abort("Failover manually aborted")
+        c.reply.ok()
+        return
     timeout = 0
-    host = force = False
+    target: tuple[str, int] | None = None
+    force = False
     j = 1
     while j < len(argv):  # Redis's parse: each option once, its values checked as it goes
         option = lower(argv[j])
@@ -227,18 +235,29 @@ def failover(c: Client, argv: list[Any]) -> None:
             if timeout <= 0:
                 raise CommandError("ERR FAILOVER timeout must be greater than 0")
             j += 2
-        elif option == b"to" and j + 2 < len(argv) and not host:
-            parse_int(argv[j + 2])
-            host = True
+        elif option == b"to" and j + 2 < len(argv) and target is None:
+            target = (bytes(argv[j + 1]).decode("utf-8", "replace"), parse_int(argv[j + 2]))
             j += 3
         elif option == b"force" and not force:
             force = True
             j += 1
         else:
             raise CommandError(errors.SYNTAX)
-    if not c.server.replication.replicas:
+    if server.failover is not None:
+        raise CommandError("ERR FAILOVER already in progress.")
+    if server.link is not None:
+        raise CommandError("ERR FAILOVER is not valid when server is a replica.")
+    feed = server.replication
+    if not feed.replicas:
         raise CommandError("ERR FAILOVER requires connected replicas.")
-    raise CommandError(
-        "ERR kvd does not fail over in one step: send REPLICAOF NO ONE to the replica that is to be the primary, "
-        "then REPLICAOF <its host> <its port> to this server"
-    )
+    if force and (not timeout or target is None):
+        raise CommandError("ERR FAILOVER with force option requires both a timeout and target HOST and IP.")
+    if target is not None:
+        replica = next((r for r in feed.replicas if (r.host, r.client.sync_listening_port) == target), None)
+        if replica is None:
+            raise CommandError("ERR FAILOVER target HOST and PORT is not a replica.")
+        if replica.state != "online":
+            raise CommandError("ERR FAILOVER target replica is not online.")
+    server.failover = Failover(server, target, timeout, force)
+    server.failover.start()
+    c.reply.ok()
