@@ -361,6 +361,8 @@ class Server:
     async def stop(self) -> None:
         for server in self._listeners:
             server.close()
+        if self.failover is not None:
+            self.failover.abort("the server is shutting down")  # the held writes run (or are refused) first
         link = self.link
         resumable = link is not None and link.resumable()  # judged before stopping half-run commands
         if link is not None:
