@@ -253,6 +253,19 @@ class Settings:
         "Replication",
         runtime=True,
     )
+    min_replicas_to_write: int = _key(
+        "int",
+        0,
+        "a primary refuses writes (-NOREPLICAS) unless this many replicas acknowledged within min-replicas-max-lag "
+        "seconds (0 = off)",
+        "Replication",
+        low=0,
+        runtime=True,
+    )
+    min_replicas_max_lag: int = _key(
+        "int", 10, "seconds since a replica's last acknowledgement for it to count as good (0 = off)", "Replication",
+        low=0, runtime=True,
+    )  # fmt: skip
     repl_ping_replica_period: int = _key(
         "int", 10, "seconds between the PINGs sent down the replication stream", "Replication", low=1, runtime=True
     )

@@ -298,6 +298,11 @@ class ReplicationFeed:
         replica.ack_time = time.monotonic()
         self._wake_ack_waiters()
 
+    def good_replicas(self, max_lag: int) -> int:
+        """Replicas online that acknowledged within ``max_lag`` seconds (min-replicas-to-write counts these)."""
+        now = time.monotonic()
+        return sum(1 for r in self.replicas if r.state == "online" and now - r.ack_time <= max_lag)
+
     def acked(self, offset: int) -> int:
         """How many replicas have applied the stream up to ``offset``."""
         return sum(1 for r in self.replicas if r.state == "online" and r.ack_offset >= offset)

@@ -94,12 +94,14 @@ class Server:
             keyspace.feed = self.replication if self.replication.needed else None
         self.link: ReplicaLink | None = None  # following a primary (REPLICAOF host port; kvd/replica.py)
         self._link_identity = link_identity  # how far a clean shutdown had applied the primary's stream
-        # What a client may run while kvd is a replica (Client._execute asks refusal() only while gated is set,
-        # so a primary's commands pay one attribute test): writes are refused on a read-only replica, most
-        # commands while a snapshot loads, and most while the link is down if stale data must not be served.
+        # What a client may run (Client._execute asks refusal() only while gated is set, so a primary's commands
+        # pay one attribute test): writes are refused on a read-only replica and on a primary short of
+        # min-replicas-to-write good replicas, most commands while a snapshot loads, and most while the link is
+        # down if stale data must not be served.
         self.read_only = False
         self.loading: LoadProgress | None = None  # a replica loading its primary's snapshot (kvd/replica.py)
         self.gated = False
+        self.min_replicas = 0  # min-replicas-to-write on a primary (0: off): writes need that many good replicas
         self.failover: Failover | None = None  # FAILOVER on this primary, until the role is handed over
         self.bound_port = settings.port
         self.loop_name = "asyncio"
@@ -188,20 +190,28 @@ class Server:
         self._update_gate()
 
     def _update_gate(self) -> None:
+        s = self.settings
         replica = self.link is not None
-        self.read_only = replica and self.settings.replica_read_only
-        self.gated = (
-            self.read_only or self.loading is not None or (replica and not self.settings.replica_serve_stale_data)
-        )
+        self.read_only = replica and s.replica_read_only
+        self.min_replicas = 0 if replica or not s.min_replicas_max_lag else s.min_replicas_to_write
+        never_stale = replica and not s.replica_serve_stale_data
+        self.gated = self.read_only or self.loading is not None or never_stale or self.min_replicas > 0
 
     def refusal(self, cmd: Command, argv: list[Any]) -> str:
         """The error a client's command gets instead of running, or '' if it may run; asked only while ``gated``.
-        The checks and their order are Redis's processCommand: a write on a read-only replica, then a command
-        without the ``stale`` flag while the link is down and replica-serve-stale-data is off, then a command
-        without the ``loading`` flag while a snapshot loads. A subcommand has its own flags: CLIENT LIST runs
+        The checks and their order are Redis's processCommand: a write on a primary with fewer good replicas than
+        min-replicas-to-write, a write on a read-only replica, then a command without the ``stale`` flag while
+        the link is down and replica-serve-stale-data is off, then a command without the ``loading`` flag while
+        a snapshot loads. (Redis checks an EXEC's queued writes against min-replicas-to-write again; kvd checks
+        each when it is queued.) A subcommand has its own flags: CLIENT LIST runs
         while a snapshot loads, MEMORY USAGE does not."""
-        if cmd.is_write and self.read_only:
-            return errors.READONLY  # a replica takes writes from its primary only
+        if cmd.is_write:
+            if self.min_replicas and self.replication.good_replicas(self.settings.min_replicas_max_lag) < (
+                self.min_replicas
+            ):
+                return errors.NOREPLICAS  # a primary without enough replicas that acknowledged lately
+            if self.read_only:
+                return errors.READONLY  # a replica takes writes from its primary only
         if cmd.subcommands and len(argv) > 1:  # it exists: Client._execute checked
             cmd = cmd.subcommands.get(bytes(argv[1]).lower().decode("utf-8", "replace"), cmd)
         link = self.link

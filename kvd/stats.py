@@ -325,6 +325,7 @@ def _replication(s: Server) -> list[tuple[str, object]]:
         ("role", "master" if link is None else "slave"),
         *(link.info() if link is not None else ()),
         ("connected_slaves", len(feed.replicas)),
+        *((("min_slaves_good_slaves", feed.good_replicas(s.settings.min_replicas_max_lag)),) if s.min_replicas else ()),
         *feed.info(),
         ("master_failover_state", s.failover.state if s.failover is not None else "no-failover"),
         ("master_replid", feed.replid),

@@ -48,6 +48,7 @@ STRING_TOO_LONG = "ERR string exceeds maximum allowed size (proto-max-bulk-len)"
 OFFSET_OUT_OF_RANGE = "ERR offset is out of range"
 READONLY = "READONLY You can't write against a read only replica."
 LOADING = "LOADING kvd is loading the dataset in memory"  # Redis says "Redis is"; clients read the first word
+NOREPLICAS = "NOREPLICAS Not enough good replicas to write."
 MASTERDOWN = "MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'."
 OOM = "OOM command not allowed when used memory > 'maxmemory'."
 MAX_CLIENTS = "ERR max number of clients reached"

@@ -378,3 +378,37 @@ def test_without_a_backlog_every_reconnection_is_a_full_resync(server, replica):
     stats, info = p.info("stats"), p.info("replication")
     assert (stats["sync_full"], stats["sync_partial_ok"]) == (2, 0)
     assert (info["repl_backlog_active"], info["repl_backlog_histlen"]) == (0, 0)
+
+
+def test_min_replicas_to_write_refuses_writes_without_good_replicas(server, replica):
+    """min-replicas-to-write N: writes need N replicas that acknowledged within min-replicas-max-lag seconds;
+    reads go on. A stopped replica stops acknowledging, so after the lag writes get -NOREPLICAS, until it is
+    back."""
+    p = server.client()
+    with server.raw() as raw:
+        assert raw.command("CONFIG", "SET", "min-replicas-to-write", "1") == b"+OK\r\n"
+        assert raw.command("CONFIG", "SET", "min-replicas-max-lag", "2") == b"+OK\r\n"
+        assert raw.command("SET", "k", "1") == b"-NOREPLICAS Not enough good replicas to write.\r\n"
+        follow(replica, server)
+        assert raw.command("SET", "k", "1") == b"+OK\r\n"
+        assert p.info("replication")["min_slaves_good_slaves"] == 1
+        os.kill(replica.pid, signal.SIGSTOP)
+        try:
+            deadline = time.monotonic() + 15
+            while (reply := raw.command("SET", "k", "2")) == b"+OK\r\n":
+                assert time.monotonic() < deadline
+                time.sleep(0.2)
+            assert reply == b"-NOREPLICAS Not enough good replicas to write.\r\n"
+            assert raw.command("GET", "k") in (b"$1\r\n1\r\n", b"$1\r\n2\r\n")  # reads are not refused
+            assert raw.command("MULTI") == b"+OK\r\n"
+            assert raw.command("SET", "k", "3").startswith(b"-NOREPLICAS")
+            assert raw.command("EXEC").startswith(b"-EXECABORT")
+            assert p.info("replication")["min_slaves_good_slaves"] == 0
+        finally:
+            os.kill(replica.pid, signal.SIGCONT)
+        deadline = time.monotonic() + 15
+        while raw.command("SET", "k", "4") != b"+OK\r\n":
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        assert raw.command("CONFIG", "SET", "min-replicas-to-write", "0") == b"+OK\r\n"
+    assert "min_slaves_good_slaves" not in p.info("replication")

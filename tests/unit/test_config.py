@@ -393,6 +393,8 @@ def test_runtime_keys() -> None:
         "replica-read-only",
         "replica-serve-stale-data",
         "tls-replication",
+        "min-replicas-to-write",
+        "min-replicas-max-lag",
         "repl-timeout",
         "acllog-max-len",
         "loglevel",
