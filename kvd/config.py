@@ -253,6 +253,18 @@ class Settings:
         "Replication",
         runtime=True,
     )
+    replica_announce_ip: str = _key(
+        "str", "", "address a replica gives its primary for INFO, ROLE and FAILOVER (behind NAT; empty = its own)",
+        "Replication", runtime=True,
+    )  # fmt: skip
+    replica_announce_port: int = _key(
+        "int", 0, "port a replica gives its primary (0 = the port it listens on)", "Replication", low=0, high=65535,
+        runtime=True,
+    )  # fmt: skip
+    replica_priority: int = _key(
+        "int", 100, "INFO's slave_priority, which Sentinel reads to choose a replica to promote (0 = never)",
+        "Replication", low=0, runtime=True,
+    )  # fmt: skip
     min_replicas_to_write: int = _key(
         "int",
         0,

@@ -161,6 +161,7 @@ class Client(asyncio.BufferedProtocol):
         self.sync_rdb_only = False  # REPLCONF rdb-only 1: SYNC sends a snapshot and closes (kvd/commands/sync.py)
         self.sync_keys = True  # REPLCONF rdb-filter-only: a snapshot without keys
         self.sync_listening_port = 0  # REPLCONF listening-port: where a replica says it listens (INFO, ROLE)
+        self.sync_ip_address = ""  # REPLCONF ip-address: the address a replica announces instead of its own
         self.replica: Replica | None = None  # after PSYNC/SYNC: this connection is a replica (kvd/replication.py)
         self._drain_waiter: asyncio.Future[None] | None = None  # ``drained`` waits on it
 

@@ -8,7 +8,8 @@ it holds. The primary's side is ``kvd/replication.py``.
 The link (``ReplicaLink``) is one task and at most one connection, in the steps of Redis's ``syncWithMaster``:
 
     connect    TCP to the primary, ``repl-timeout`` seconds at most for this and for every reply after it
-    handshake  AUTH [masteruser] masterauth when set, PING, REPLCONF listening-port, REPLCONF capa eof capa psync2
+    handshake  AUTH [masteruser] masterauth when set, PING, REPLCONF listening-port (replica-announce-port, else
+               its own), REPLCONF ip-address (replica-announce-ip, when set), REPLCONF capa eof capa psync2
     PSYNC      the history this replica follows and the next byte it needs, or ``? -1`` the first time:
                ``+CONTINUE [replid]``: only what was missed follows, straight to streaming;
                ``+FULLRESYNC <replid> <offset>``: a snapshot follows
@@ -453,10 +454,14 @@ class ReplicaLink:
         if reply.startswith(b"-") and not reply.startswith(b"-NOPERM"):  # Redis lets a -NOPERM pass
             hint = " (set masterauth)" if reply.startswith(b"-NOAUTH") else ""
             raise LinkError(f"the primary answered PING with an error{hint}: {_text(reply)}")
-        port = str(self.server.bound_port).encode()
+        port = str(s.replica_announce_port or self.server.bound_port).encode()
         reply = await wire.ask(b"REPLCONF", b"listening-port", port)
         if reply.startswith(b"-"):
             log.info("the primary did not take REPLCONF listening-port: %s", _text(reply))
+        if s.replica_announce_ip:
+            reply = await wire.ask(b"REPLCONF", b"ip-address", s.replica_announce_ip.encode())
+            if reply.startswith(b"-"):
+                log.info("the primary did not take REPLCONF ip-address: %s", _text(reply))
         reply = await wire.ask(b"REPLCONF", b"capa", b"eof", b"capa", b"psync2")
         if reply.startswith(b"-"):
             log.info("the primary did not take REPLCONF capa: %s", _text(reply))
@@ -649,7 +654,7 @@ class ReplicaLink:
             since = self.down_since
             rows.append(("master_link_down_since_seconds", int(time.monotonic() - since) if since is not None else -1))
         rows += [
-            ("slave_priority", 100),
+            ("slave_priority", self.server.settings.replica_priority),
             ("slave_read_only", int(self.server.settings.replica_read_only)),
             ("replica_announced", 1),
         ]

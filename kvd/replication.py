@@ -83,8 +83,9 @@ class Replica:
 
     @property
     def host(self) -> str:
-        """The address it connected from (INFO replication, ROLE), without the port."""
-        return self.client.addr.rsplit(":", 1)[0].strip("[]")
+        """The address it announced (replica-announce-ip), else the one it connected from, without the port: what
+        INFO replication and ROLE show and FAILOVER TO names, as Redis's ``slave_addr``."""
+        return self.client.sync_ip_address or self.client.addr.rsplit(":", 1)[0].strip("[]")
 
 
 class ReplicationFeed:

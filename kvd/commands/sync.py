@@ -77,6 +77,7 @@ def replconf(c: Client, argv: list[Any]) -> None:
                 raise CommandError(
                     f"ERR REPLCONF ip-address provided by replica instance is too long: {len(value)} bytes"
                 )
+            c.sync_ip_address = bytes(value).decode("utf-8", "replace")  # replica-announce-ip: INFO, ROLE, FAILOVER
         elif option == b"capa":
             pass  # capabilities this server does not use are ignored, as Redis ignores unknown ones
         elif option == b"ack":

@@ -500,3 +500,23 @@ def test_every_command_has_redis_s_loading_and_stale_flags(server, redis_server)
                     compared += 1
             compared += 1
         assert compared > 150
+
+
+def test_a_replica_announces_the_address_and_priority_it_is_configured_with(server, redis_server):
+    """replica-announce-ip and -port (a replica behind NAT): the primary shows them in INFO and ROLE instead of the
+    address it sees; replica-priority is INFO's slave_priority."""
+    r = server.client()
+    r.config_set("replica-announce-ip", "10.1.2.3")
+    r.config_set("replica-announce-port", 7777)
+    r.config_set("replica-priority", 42)
+    try:
+        follow(server, redis_server)
+        p = redis_server.client()
+        assert p.info("replication")["slave0"]["ip"] == "10.1.2.3"
+        assert p.info("replication")["slave0"]["port"] == 7777
+        assert p.execute_command("ROLE")[2] == [[b"10.1.2.3", b"7777", p.execute_command("ROLE")[2][0][2]]]
+        assert r.info("replication")["slave_priority"] == 42
+    finally:
+        r.replicaof("NO", "ONE")
+        r.config_set("replica-announce-ip", "")
+        r.config_set("replica-announce-port", 0)

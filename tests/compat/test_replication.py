@@ -412,3 +412,18 @@ def test_min_replicas_to_write_refuses_writes_without_good_replicas(server, repl
             time.sleep(0.2)
         assert raw.command("CONFIG", "SET", "min-replicas-to-write", "0") == b"+OK\r\n"
     assert "min_slaves_good_slaves" not in p.info("replication")
+
+
+def test_a_replica_s_announced_address_is_what_the_primary_shows(server, replica):
+    """A replica behind NAT (replica-announce-ip / -port) is shown, and named by FAILOVER TO, by the address it
+    announces with REPLCONF ip-address and listening-port."""
+    rc = replica.client()
+    rc.config_set("replica-announce-ip", "10.9.9.9")
+    rc.config_set("replica-announce-port", 6390)
+    follow(replica, server)
+    p = server.client()
+    slave = p.info("replication")["slave0"]
+    assert (slave["ip"], slave["port"]) == ("10.9.9.9", 6390)
+    assert [tuple(x[:2]) for x in p.execute_command("ROLE")[2]] == [(b"10.9.9.9", b"6390")]
+    with server.raw() as raw:  # the announced address is the one FAILOVER TO knows it by
+        assert raw.command("FAILOVER", "TO", "127.0.0.1", str(replica.port)).startswith(b"-ERR FAILOVER target")
