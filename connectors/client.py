@@ -21,7 +21,7 @@ stored" (and a miss is always safe for the engine: it recomputes). After a conne
 *down* for ``retry_after_s`` and answers misses instantly, so a dead kvd costs one connect timeout per interval
 instead of one per request. One warning is logged per outage, not one per call. A replica that is loading its
 primary's snapshot (``-LOADING``, redis-py's ``BusyLoadingError``) counts as down the same way: its data is
-incomplete until the load ends.
+incomplete until the load ends; so does one that refuses reads while its primary is away (``-MASTERDOWN``).
 """
 
 from __future__ import annotations
@@ -39,7 +39,9 @@ from redis.connection import PythonRespSerializer
 
 logger = logging.getLogger("vllm.kvd.client")
 
-_NETWORK_ERRORS = (redis.ConnectionError, redis.TimeoutError, OSError)
+# A replica that cannot serve (-LOADING is a ConnectionError; -MASTERDOWN, a replica whose primary is away under
+# replica-serve-stale-data no) is down for the client as much as an unreachable server: misses, and back-off.
+_NETWORK_ERRORS = (redis.ConnectionError, redis.TimeoutError, OSError, redis.exceptions.MasterDownError)
 
 
 @dataclass(slots=True)

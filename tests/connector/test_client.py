@@ -236,3 +236,24 @@ def test_a_replica_loading_its_primary_s_snapshot_is_a_miss(tmp_path) -> None:
     finally:
         fake.close()
         srv.stop()
+
+
+def test_a_replica_that_refuses_stale_reads_is_a_miss_with_back_off(tmp_path) -> None:
+    """replica-serve-stale-data no and a primary that is away: -MASTERDOWN to every read and write. The client
+    treats it as a down server (one warning, then misses without a round trip until retry_after_s)."""
+    srv = Server(tmp_path, persistence=False).start()
+    try:
+        r = srv.client()
+        r.set("k", b"v")
+        r.config_set("replica-serve-stale-data", "no")
+        r.replicaof("127.0.0.1", free_port())  # nothing listens there
+        c = _client(srv.url, retry_after_s=30)
+        assert c.get_many(["k"], value_size_hint=1 << 20) == [None]  # the direct-read MGET path
+        assert not c.available
+        calls = _commands(r).get("mget", 0)
+        assert c.get_many(["k"]) == [None] and c.prefix_len(["k"]) == 0 and c.put_many([("k2", b"x")]) == (0, 0)
+        assert _commands(r).get("mget", 0) == calls  # backing off: nothing was sent
+        c2 = _client(srv.url)
+        assert c2.prefix_len(["k"]) == 0 and not c2.available  # KVD.PREFIXLEN, through redis-py's own parser
+    finally:
+        srv.stop()
