@@ -352,8 +352,9 @@ class Client(asyncio.BufferedProtocol):
             return self._refuse(cmd, errors.NOAUTH, argv)
         if self._monitors and self.monitoring and (cmd.is_write or READONLY in cmd.flags):
             return self._refuse(cmd, "ERR Replica can't interact with the keyspace", argv)  # Redis's words
-        if self.server.gated and self.link is None:  # a replica (kvd/server.py); its primary's commands pass
-            refused = self.server.refusal(cmd, argv)
+        if self.server.gated and self.link is None:  # kvd/server.py; a replica's primary's commands pass
+            writes = cmd.is_write or (cmd.name == "exec" and self._queues_write())
+            refused = self.server.refusal(cmd, argv, writes)
             if refused:
                 return self._refuse(cmd, refused, argv)
         if self._multi is not None and cmd.name not in _RUN_IN_MULTI:
@@ -1042,6 +1043,11 @@ class Client(asyncio.BufferedProtocol):
             return True
         queued = self._multi if cmd.name == "exec" else None
         return bool(queued) and any(self._is_write(q) for q in queued)
+
+    def _queues_write(self) -> bool:
+        """A transaction whose queue holds a write: its EXEC is checked as a write, as Redis checks it."""
+        queued = self._multi or ()
+        return any((c := COMMANDS.get(bytes(q[0]).lower())) is not None and c.is_write for q in queued)
 
     @staticmethod
     def _is_write(argv: list[Any]) -> bool:

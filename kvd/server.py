@@ -197,15 +197,15 @@ class Server:
         never_stale = replica and not s.replica_serve_stale_data
         self.gated = self.read_only or self.loading is not None or never_stale or self.min_replicas > 0
 
-    def refusal(self, cmd: Command, argv: list[Any]) -> str:
+    def refusal(self, cmd: Command, argv: list[Any], writes: bool) -> str:
         """The error a client's command gets instead of running, or '' if it may run; asked only while ``gated``.
         The checks and their order are Redis's processCommand: a write on a primary with fewer good replicas than
         min-replicas-to-write, a write on a read-only replica, then a command without the ``stale`` flag while
         the link is down and replica-serve-stale-data is off, then a command without the ``loading`` flag while
-        a snapshot loads. (Redis checks an EXEC's queued writes against min-replicas-to-write again; kvd checks
-        each when it is queued.) A subcommand has its own flags: CLIENT LIST runs
-        while a snapshot loads, MEMORY USAGE does not."""
-        if cmd.is_write:
+        a snapshot loads. ``writes``: the command writes, or it is an EXEC whose queue does (so min-replicas-
+        to-write is checked again when the transaction runs, as in Redis). A subcommand has its own flags: CLIENT
+        LIST runs while a snapshot loads, MEMORY USAGE does not."""
+        if writes:
             if self.min_replicas and self.replication.good_replicas(self.settings.min_replicas_max_lag) < (
                 self.min_replicas
             ):

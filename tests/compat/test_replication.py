@@ -390,7 +390,10 @@ def test_min_replicas_to_write_refuses_writes_without_good_replicas(server, repl
         assert raw.command("CONFIG", "SET", "min-replicas-max-lag", "2") == b"+OK\r\n"
         assert raw.command("SET", "k", "1") == b"-NOREPLICAS Not enough good replicas to write.\r\n"
         follow(replica, server)
-        assert raw.command("SET", "k", "1") == b"+OK\r\n"
+        deadline = time.monotonic() + 15  # Redis counts good replicas once a second
+        while raw.command("SET", "k", "1") != b"+OK\r\n":
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
         assert p.info("replication")["min_slaves_good_slaves"] == 1
         os.kill(replica.pid, signal.SIGSTOP)
         try:
@@ -403,6 +406,24 @@ def test_min_replicas_to_write_refuses_writes_without_good_replicas(server, repl
             assert raw.command("MULTI") == b"+OK\r\n"
             assert raw.command("SET", "k", "3").startswith(b"-NOREPLICAS")
             assert raw.command("EXEC").startswith(b"-EXECABORT")
+        finally:
+            os.kill(replica.pid, signal.SIGCONT)
+        deadline = time.monotonic() + 15
+        while raw.command("SET", "k", "4") != b"+OK\r\n":
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        # A transaction queued while the replica acknowledged, run after it stopped: EXEC is checked as a write.
+        assert raw.command("MULTI") == b"+OK\r\n"
+        assert raw.command("SET", "k", "5") == b"+QUEUED\r\n"
+        os.kill(replica.pid, signal.SIGSTOP)
+        try:
+            deadline = time.monotonic() + 15
+            while p.info("replication")["min_slaves_good_slaves"]:
+                assert time.monotonic() < deadline
+                time.sleep(0.2)
+            assert raw.command("EXEC") == (
+                b"-EXECABORT Transaction discarded because of: NOREPLICAS Not enough good replicas to write.\r\n"
+            )
             assert p.info("replication")["min_slaves_good_slaves"] == 0
         finally:
             os.kill(replica.pid, signal.SIGCONT)
