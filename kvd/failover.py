@@ -9,9 +9,9 @@ both servers take writes at once. Redis's steps (replication.c: failoverCommand,
                           target (or the one named with TO, once it has). After TIMEOUT ms without one the
                           failover is aborted, or with FORCE goes on to the named replica anyway.
     failover-in-progress  this server becomes a replica of the target and asks it ``PSYNC <replid> <offset+1>
-                          FAILOVER``: the target becomes a primary and answers +CONTINUE (a Redis target keeps
-                          this server's history as its second one) or +FULLRESYNC (a kvd target: its own history
-                          differs, so a snapshot follows). Then the held writes run, and are refused with
+                          FAILOVER``: the target becomes a primary and answers +CONTINUE (Redis or kvd, it keeps
+                          this server's history as its second one), or +FULLRESYNC and a snapshot if it cannot
+                          continue it. Then the held writes run, and are refused with
                           -READONLY, as on any replica: they never reach the old primary's data.
 
 A target that refuses the PSYNC or cannot be reached aborts the failover: this server is a primary again, with the

@@ -45,9 +45,12 @@ fully.
 What differs from a Redis replica: kvd's own clock expires keys (deadlines are absolute, so it expires them
 when the primary does, give or take the clocks' skew; the primary's DEL that follows changes nothing), and the
 RAM tier's eviction applies (with persistence on it only moves values to disk; without it a replica over
-``maxmemory`` drops keys the primary still has). Sub-replicas of a kvd replica follow the replica's own history
-(its ``master_replid``), not the top primary's. With ``tls-replication`` the link is TLS, the primary verified
-with ``tls-ca-cert-file`` (``client_tls_context``).
+``maxmemory`` drops keys the primary still has). Sub-replicas of a kvd replica follow the replica's own stream
+(its ``master_replid``), not the top primary's. When the replica is promoted (REPLICAOF NO ONE, its primary's
+FAILOVER) with the primary's stream applied to a known offset, its stream goes on numbered as the primary's, under
+a new replid with the primary's as the second (``ReplicationFeed.take_over_history``): the primary's other
+replicas continue from it without a snapshot, and its own sub-replicas resynchronise. With ``tls-replication``
+the link is TLS, the primary verified with ``tls-ca-cert-file`` (``client_tls_context``).
 """
 
 from __future__ import annotations

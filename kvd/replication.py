@@ -100,6 +100,8 @@ class ReplicationFeed:
         self._backlog: deque[Part] = deque()
         self._backlog_bytes = 0
         self._alone_since = 0.0  # when the last replica left (monotonic)
+        self.replid2 = "0" * 40  # the history this one continues (a promoted replica's primary's), up to
+        self.second_offset = -1  # this offset: PSYNC with replid2 continues up to there, as Redis's
         self.sync_partial_ok = 0
         self.sync_partial_err = 0
         self.offset = 0
@@ -200,6 +202,23 @@ class ReplicationFeed:
             log.info("replication backlog dropped: no replica for %d seconds", self.backlog_ttl)
             self._drop_backlog()
 
+    def take_over_history(self, replid: str, offset: int) -> list[Replica]:
+        """A replica promoted (REPLICAOF NO ONE, or its primary's FAILOVER) that applied its primary's stream
+        ``replid`` up to ``offset``: from now on this stream is numbered as that one, under a new replid, with the
+        primary's kept as the second (Redis's ``shiftReplicationId``). So the old primary, and its other replicas
+        that were as far, continue with PSYNC ``replid`` ``offset+1`` instead of a snapshot. This server's own
+        replicas counted the old numbering: they are returned to be disconnected, and resynchronise."""
+        self.flush_now()  # what they were owed goes out first
+        dropped, self.replicas = self.replicas, []
+        self.replid2, self.second_offset = replid, offset + 1
+        self.replid = os.urandom(20).hex()
+        self._backlog.clear()
+        self._backlog_bytes = 0
+        self.backlog_active = False
+        self._select = True
+        self.continue_history(offset)
+        return dropped
+
     def continue_history(self, offset: int) -> None:
         """After a clean restart (``take_identity``): the stream goes on from ``offset`` under the same replid,
         with an empty backlog, so replicas that had all of it continue without a snapshot."""
@@ -239,9 +258,9 @@ class ReplicationFeed:
         offsets count from 1: ``next_offset`` is one past the last byte the replica applied). The caller has
         flushed the changes gathered so far."""
         missing_from = next_offset - 1
-        return (
-            replid == self.replid.encode() and self.backlog_active and self.backlog_start <= missing_from <= self.offset
-        )
+        if replid != self.replid.encode() and (replid != self.replid2.encode() or next_offset > self.second_offset):
+            return False  # neither this history nor, up to where it ended, the one it continues
+        return self.backlog_active and self.backlog_start <= missing_from <= self.offset
 
     def resume(self, client: Client, next_offset: int) -> Replica:
         """A partial resynchronisation: the backlog from ``next_offset`` on, then the stream as it comes. The

@@ -172,13 +172,22 @@ class Server:
         log.info("replicating from %s:%d from now on", host, port)
 
     def stop_replicating(self) -> None:
-        """REPLICAOF NO ONE: a primary again, with the data it holds; the primary's history is forgotten."""
-        if self.link is None:
+        """REPLICAOF NO ONE (or the primary's FAILOVER): a primary again, with the data it holds. If it holds
+        exactly the primary's data at a known offset, its stream goes on from there as the primary's did
+        (``ReplicationFeed.take_over_history``), so the primary's other replicas can follow it without a
+        snapshot; its own replicas, which counted its old stream, resynchronise."""
+        link = self.link
+        if link is None:
             return
-        self.link.stop()
-        log.info("no longer replicating from %s:%d: a primary now", self.link.host, self.link.port)
+        history = (link.replid, link.offset) if link.resumable() else None
+        link.stop()
+        log.info("no longer replicating from %s:%d: a primary now", link.host, link.port)
         self.link = None
         self._set_replicaof("")
+        if history is not None:
+            for replica in self.replication.take_over_history(*history):
+                replica.client.kill()
+            self.keyspace.feed = self.replication if self.replication.needed else None
 
     def _set_replicaof(self, value: str) -> None:
         self.settings = dataclasses.replace(self.settings, replicaof=value)  # CONFIG GET and REWRITE show it

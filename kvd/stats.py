@@ -329,7 +329,9 @@ def _replication(s: Server) -> list[tuple[str, object]]:
         *feed.info(),
         ("master_failover_state", s.failover.state if s.failover is not None else "no-failover"),
         ("master_replid", feed.replid),
+        ("master_replid2", feed.replid2),
         ("master_repl_offset", feed.offset),
+        ("second_repl_offset", feed.second_offset),
         *feed.backlog_info(),
     ]
 

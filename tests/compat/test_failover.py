@@ -58,8 +58,8 @@ def test_failover_hands_the_role_to_a_redis_replica(server, redis_server):
 
 
 def test_failover_to_a_named_replica_of_the_same_kind(server, server_factory):
-    """TO host port: the replica named; a server like the one under test (kvd's history differs from its
-    primary's, so the old primary gets a snapshot from the new one rather than a continuation)."""
+    """TO host port: the replica named, a server like the one under test; the old primary continues its own
+    history from the new one (a partial resynchronisation), which kept it as its second."""
     p = server.client()
     p.mset({f"k{i}": f"v{i}" for i in range(500)})
     other = server_factory()
@@ -69,6 +69,7 @@ def test_failover_to_a_named_replica_of_the_same_kind(server, server_factory):
     try:
         assert p.execute_command("FAILOVER", "TO", "127.0.0.1", other.port, "TIMEOUT", 20_000) == b"OK"
         until(lambda: failed_over(p, r), "the failover did not finish")
+        assert (r.info("stats")["sync_partial_ok"], r.info("stats")["sync_full"]) == (1, 0)
         r.set("after", "1")
         until(lambda: p.get("after") == b"1", "the new primary's write did not reach the old one")
         assert p.dbsize() == 501 and p.get("k499") == b"v499"

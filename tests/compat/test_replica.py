@@ -520,3 +520,38 @@ def test_a_replica_announces_the_address_and_priority_it_is_configured_with(serv
         r.replicaof("NO", "ONE")
         r.config_set("replica-announce-ip", "")
         r.config_set("replica-announce-port", 0)
+
+
+def test_a_promoted_replica_continues_its_primary_s_history(server, redis_server, server_factory):
+    """REPLICAOF NO ONE on a replica that has all of its primary's stream: the primary's other replica, pointed at
+    it, continues (a partial resynchronisation, no snapshot), because the promoted one keeps the primary's
+    history as its second (INFO master_replid2, second_repl_offset), as a promoted Redis replica does."""
+    from support.server import ServerProcess as Proc
+
+    p = redis_server.client()
+    p.mset({f"k{i}": f"v{i}" for i in range(200)})
+    r = follow(server, redis_server)
+    other = Proc(server.base / "other", kind="redis")
+    other.start()
+    try:
+        o = follow(other, redis_server)
+        p.set("last", os.urandom(MiB))
+        assert p.execute_command("WAIT", 2, 10_000) == 2
+        old_replid = p.info("replication")["master_replid"]
+        deadline = time.monotonic() + 10  # the same offset on both replicas (WAIT counted both, GETACK went on)
+        while r.info("replication")["slave_repl_offset"] != o.info("replication")["slave_repl_offset"]:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert r.replicaof("NO", "ONE")
+        info = r.info("replication")
+        assert info["master_replid2"] == old_replid and info["master_replid"] != old_replid
+        full = r.info("stats")["sync_full"]
+        o.replicaof(server.host, server.port)
+        wait_link(o, other)
+        stats = r.info("stats")
+        assert stats["sync_partial_ok"] == 1 and stats["sync_full"] == full
+        r.set("from-the-new-primary", "1")
+        assert r.execute_command("WAIT", 1, 10_000) == 1
+        assert o.get("from-the-new-primary") == b"1" and o.get("last") == p.get("last")
+    finally:
+        other.stop(expect_code=None)
