@@ -180,6 +180,8 @@ class Server:
         if link is None:
             return
         history = (link.replid, link.offset) if link.resumable() else None
+        if history == (self.replication.replid, self.replication.offset):
+            history = None  # its own stream (an aborted FAILOVER): nothing came from elsewhere, nothing to take over
         link.stop()
         log.info("no longer replicating from %s:%d: a primary now", link.host, link.port)
         self.link = None

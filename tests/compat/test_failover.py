@@ -145,6 +145,7 @@ def test_a_target_that_does_not_answer_leaves_the_server_the_primary(server, red
     p = server.client()
     p.config_set("repl-timeout", 1)
     follow(redis_server, server)
+    replid = p.info("replication")["master_replid"]
     os.kill(redis_server.pid, signal.SIGSTOP)
     try:
         with server.raw() as raw:
@@ -157,5 +158,7 @@ def test_a_target_that_does_not_answer_leaves_the_server_the_primary(server, red
         assert info["role"] == "master" and info["master_failover_state"] == "no-failover"
         assert p.get("held") == b"1" and p.get("unacknowledged") == b"1"
         assert "aborted" in server.stderr_text()
+        assert info["master_replid"] == replid  # its own history goes on: nothing came from the target
     finally:
         os.kill(redis_server.pid, signal.SIGCONT)
+    same(p, redis_server.client())  # the replica, still attached, gets what it missed
