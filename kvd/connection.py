@@ -1046,13 +1046,13 @@ class Client(asyncio.BufferedProtocol):
 
     def _queues_write(self) -> bool:
         """A transaction whose queue holds a write: its EXEC is checked as a write, as Redis checks it."""
-        queued = self._multi or ()
-        return any((c := COMMANDS.get(bytes(q[0]).lower())) is not None and c.is_write for q in queued)
+        return any(self._is_write(q, may_replicate=False) for q in self._multi or ())
 
     @staticmethod
-    def _is_write(argv: list[Any]) -> bool:
+    def _is_write(argv: list[Any], may_replicate: bool = True) -> bool:
+        """A write (CLIENT PAUSE WRITE also holds PUBLISH, which may replicate; ``may_replicate`` False: not)."""
         cmd = COMMANDS.get(bytes(argv[0]).lower())
-        return cmd is not None and (cmd.is_write or cmd.name in _MAY_REPLICATE)
+        return cmd is not None and (cmd.is_write or (may_replicate and cmd.name in _MAY_REPLICATE))
 
 
 class ReplyBatch:

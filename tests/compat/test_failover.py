@@ -13,16 +13,9 @@ import time
 
 import pytest
 from test_rdb_snapshot import fill
-from test_replication import follow, same
+from test_replication import follow, same, until
 
 pytestmark = [pytest.mark.compat, pytest.mark.timeout(180)]
-
-
-def until(check, what: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.05)
 
 
 def failed_over(primary, new_primary) -> bool:
@@ -162,3 +155,23 @@ def test_a_target_that_does_not_answer_leaves_the_server_the_primary(server, red
     finally:
         os.kill(redis_server.pid, signal.SIGCONT)
     same(p, redis_server.client())  # the replica, still attached, gets what it missed
+
+
+@pytest.mark.kvd_only  # kvd aborts a failover when it shuts down, so the writes it held get their answers
+def test_shutdown_during_a_failover_answers_the_held_writes(server, redis_server):
+    p = server.client()
+    follow(redis_server, server)
+    os.kill(redis_server.pid, signal.SIGSTOP)
+    try:
+        with server.raw() as raw, server.raw() as other:
+            p.set("unacknowledged", "1")
+            assert raw.command("FAILOVER") == b"+OK\r\n"
+            raw.send_command("SET", "held", "1")
+            time.sleep(0.3)
+            assert other.command("EXISTS", "held") == b":0\r\n"  # held, not run
+            other.send_command("SHUTDOWN", "NOSAVE")
+            assert raw.read_reply() == b"+OK\r\n"  # answered before the connection closed
+        assert server.proc.wait(30) == 0
+        assert "aborted: the server is shutting down" in server.stderr_text()
+    finally:
+        os.kill(redis_server.pid, signal.SIGCONT)

@@ -35,6 +35,14 @@ def follow(replica: ServerProcess, primary) -> None:
         time.sleep(0.05)
 
 
+def until(check, what: str, timeout: float = 30) -> None:
+    """Poll ``check`` until it is true; fail with ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
 def same(primary, replica) -> None:
     """Every key of the primary is on the replica with the same value and deadline, and no other key."""
     assert primary.execute_command("WAIT", 1, 10_000) == 1
@@ -390,47 +398,32 @@ def test_min_replicas_to_write_refuses_writes_without_good_replicas(server, repl
         assert raw.command("CONFIG", "SET", "min-replicas-max-lag", "2") == b"+OK\r\n"
         assert raw.command("SET", "k", "1") == b"-NOREPLICAS Not enough good replicas to write.\r\n"
         follow(replica, server)
-        deadline = time.monotonic() + 15  # Redis counts good replicas once a second
-        while raw.command("SET", "k", "1") != b"+OK\r\n":
-            assert time.monotonic() < deadline
-            time.sleep(0.1)
+        until(lambda: raw.command("SET", "k", "1") == b"+OK\r\n", "no good replica")  # Redis counts once a second
         assert p.info("replication")["min_slaves_good_slaves"] == 1
         os.kill(replica.pid, signal.SIGSTOP)
         try:
-            deadline = time.monotonic() + 15
-            while (reply := raw.command("SET", "k", "2")) == b"+OK\r\n":
-                assert time.monotonic() < deadline
-                time.sleep(0.2)
-            assert reply == b"-NOREPLICAS Not enough good replicas to write.\r\n"
+            until(lambda: raw.command("SET", "k", "2") != b"+OK\r\n", "writes still taken")
+            assert raw.command("SET", "k", "2") == b"-NOREPLICAS Not enough good replicas to write.\r\n"
             assert raw.command("GET", "k") in (b"$1\r\n1\r\n", b"$1\r\n2\r\n")  # reads are not refused
             assert raw.command("MULTI") == b"+OK\r\n"
             assert raw.command("SET", "k", "3").startswith(b"-NOREPLICAS")
             assert raw.command("EXEC").startswith(b"-EXECABORT")
         finally:
             os.kill(replica.pid, signal.SIGCONT)
-        deadline = time.monotonic() + 15
-        while raw.command("SET", "k", "4") != b"+OK\r\n":
-            assert time.monotonic() < deadline
-            time.sleep(0.2)
+        until(lambda: raw.command("SET", "k", "4") == b"+OK\r\n", "the replica did not count again")
         # A transaction queued while the replica acknowledged, run after it stopped: EXEC is checked as a write.
         assert raw.command("MULTI") == b"+OK\r\n"
         assert raw.command("SET", "k", "5") == b"+QUEUED\r\n"
         os.kill(replica.pid, signal.SIGSTOP)
         try:
-            deadline = time.monotonic() + 15
-            while p.info("replication")["min_slaves_good_slaves"]:
-                assert time.monotonic() < deadline
-                time.sleep(0.2)
+            until(lambda: p.info("replication")["min_slaves_good_slaves"] == 0, "the stopped replica still counts")
             assert raw.command("EXEC") == (
                 b"-EXECABORT Transaction discarded because of: NOREPLICAS Not enough good replicas to write.\r\n"
             )
             assert p.info("replication")["min_slaves_good_slaves"] == 0
         finally:
             os.kill(replica.pid, signal.SIGCONT)
-        deadline = time.monotonic() + 15
-        while raw.command("SET", "k", "4") != b"+OK\r\n":
-            assert time.monotonic() < deadline
-            time.sleep(0.2)
+        until(lambda: raw.command("SET", "k", "4") == b"+OK\r\n", "the replica did not count again")
         assert raw.command("CONFIG", "SET", "min-replicas-to-write", "0") == b"+OK\r\n"
     assert "min_slaves_good_slaves" not in p.info("replication")
 
