@@ -13,7 +13,8 @@ Cases (each on every device asked for; the stream-order cases need CUDA):
   reference, scatter them into other blocks leaving the first ``k`` alone; every other block is unchanged.
   Layouts: CUDA flash-attention ``(2, blocks, block, heads, head)`` bf16, the same as a permuted view of an HND
   cache (not contiguous), the CPU backend's ``(blocks, heads, block, 2*head)`` fp32, one vLLM block as two
-  tensor blocks, and layers of mixed dtypes.
+  tensor blocks, rows no wider integer divides (copied as fp16, not as ``as_words``' integers), and layers of
+  mixed dtypes.
 * ``gather waits for the forward``: the compute stream is busy (``torch.cuda._sleep``), then rewrites the blocks;
   the gather must copy the rewritten bytes.
 * ``load waits for the forward``: the compute stream is busy, then poisons the destination blocks; the load
@@ -25,6 +26,10 @@ Cases (each on every device asked for; the stream-order cases need CUDA):
 * ``a load does not queue behind saves``: with the save stream busy, a load's copies complete first.
 * ``the host never waits for the GPU``: with the compute stream busy, a save and a load return before it is done
   (the forward thread queues copies; it never waits for them).
+* ``a save's staging is reused after its copy out``: with the copies to the host held back, three saves in a row
+  (two staging buffers taking turns) each land their own chunk.
+* ``a load's staging is reused after its scatters``: with the scatters held back, three values in a row each land
+  in their own blocks.
 * ``receive buffers outlive their copies``: two loads in a row through kvd into the same pinned buffers while
   the first one's copies are held back; the second receive must not overwrite bytes the first has not copied.
   (On the CPU, where a copy is done when ``scatter`` returns, it checks two loads in a row through kvd.)
@@ -86,6 +91,8 @@ def _layouts(device: torch.device) -> dict[str, tuple[dict[str, torch.Tensor], i
             nb,
             bs,
         ),
+        # Rows of 6 bytes: no wider integer divides them, so the copies move the fp16 elements themselves.
+        "odd rows fp16": ({f"l{i}": rnd(2, nb, bs, 1, 3, dtype=torch.float16) for i in range(2)}, nb, bs),
         "mixed dtypes": (
             {"a": rnd(2, nb, bs, 2, 64, dtype=torch.bfloat16), "b": rnd(2, nb, bs, 1, 32, dtype=torch.float32)},
             nb,
@@ -224,13 +231,15 @@ def check_load_skips_queued_saves(device: torch.device) -> None:
     payload = _host_like(kv, buf)
     torch.cuda.synchronize(device)
     kv.gather(src, buf)  # the last step's save...
-    with torch.cuda.stream(kv._save_stream):
-        torch.cuda._sleep(_BUSY_CYCLES)  # ...whose copies to the host are still running
+    for stream in (kv._save_stream, kv._save_copy_stream):
+        with torch.cuda.stream(stream):
+            torch.cuda._sleep(_BUSY_CYCLES)  # ...whose selects and copies to the host are still running
     kv.begin_load()
     kv.scatter(payload, dst)
     kv.end_load()
     kv.begin_load()  # waits for this load's copies
-    assert not kv._save_stream.query(), "the load's copies waited for the saves queued before them"
+    busy = not kv._save_stream.query() and not kv._save_copy_stream.query()
+    assert busy, "the load's copies waited for the saves queued before them"
     torch.cuda.synchronize(device)
 
 
@@ -273,6 +282,47 @@ def check_forward_waits_for_load(device: torch.device) -> None:
     torch.cuda.synchronize(device)
     got = _flat(read)
     assert torch.equal(got, payload.cpu()), "the forward read the blocks before the load had written them"
+
+
+def check_save_staging_turns(device: torch.device) -> None:
+    caches, nb, bs = _layouts(device)["flash bf16"]
+    kv = PagedKV(caches, num_blocks=nb, block_size=bs, blocks_per_chunk=4)
+    ids = random.Random(15).sample(range(nb), 12)
+    chunks = [ids[i : i + 4] for i in range(0, 12, 4)]
+    bufs = [kv.host_buffer(kv.payload_bytes) for _ in chunks]
+    for c, b in zip(chunks, bufs, strict=True):
+        kv.gather(c, b).synchronize()  # warm-up: every staging buffer used once
+    for b in bufs:
+        b.fill_(0xA5)
+    torch.cuda.synchronize(device)
+    with torch.cuda.stream(kv._save_copy_stream):
+        torch.cuda._sleep(_BUSY_CYCLES)  # the copies to the host are slow...
+    events = [kv.gather(c, b) for c, b in zip(chunks, bufs, strict=True)]  # ...the third save reuses the first's
+    for e in events:
+        e.synchronize()
+    for i, (c, b) in enumerate(zip(chunks, bufs, strict=True)):
+        assert torch.equal(b, _reference(kv, c)), f"save {i}'s staging was selected into before it was copied out"
+
+
+def check_load_staging_turns(device: torch.device) -> None:
+    caches, nb, bs = _layouts(device)["flash bf16"]
+    kv = PagedKV(caches, num_blocks=nb, block_size=bs, blocks_per_chunk=4)
+    ids = random.Random(16).sample(range(nb), 12)
+    dsts = [ids[i : i + 4] for i in range(0, 12, 4)]
+    payloads = [_host_like(kv, torch.randint(0, 256, (kv.payload_bytes,), dtype=torch.uint8)) for _ in range(len(dsts))]
+    for busy in (False, True):  # the first pass warms up: every staging buffer used once
+        torch.cuda.synchronize(device)
+        kv.begin_load()
+        if busy:
+            with torch.cuda.stream(kv._load_stream):
+                torch.cuda._sleep(_BUSY_CYCLES)  # the scatters are slow; the third value reuses the first's staging
+        for payload, dst in zip(payloads, dsts, strict=True):
+            kv.scatter(payload, dst)
+        kv.end_load()
+    torch.cuda.synchronize(device)
+    for i, (payload, dst) in enumerate(zip(payloads, dsts, strict=True)):
+        got = _flat(blocks_of(kv, dst))
+        assert torch.equal(got, payload.cpu()), f"value {i}'s staging was copied into before it was scattered"
 
 
 def check_host_never_waits(device: torch.device) -> None:
@@ -324,7 +374,7 @@ def check_receive_buffers_outlive_copies(device: torch.device, client: KvdClient
     buffers = load_buffers(kv, keep_bytes=2**30)
     if kv.cuda:
         torch.cuda.synchronize(device)
-        with torch.cuda.stream(kv._load_stream):
+        with torch.cuda.stream(kv._load_copy_stream):
             torch.cuda._sleep(_BUSY_CYCLES)  # holds back the first load's copies out of the receive buffer
     load_through(kv, client, buffers, ["chk:a"], [first])
     load_through(kv, client, buffers, ["chk:b"], [second])  # received into the buffer the first load copies from
@@ -400,6 +450,8 @@ _CUDA_CASES: list[tuple[str, Callable[[torch.device], None]]] = [
     ("next forward waits for the save's reads", check_forward_waits_for_gather),
     ("a load does not queue behind saves", check_load_skips_queued_saves),
     ("the host never waits for the GPU", check_host_never_waits),
+    ("a save's staging is reused after its copy out", check_save_staging_turns),
+    ("a load's staging is reused after its scatters", check_load_staging_turns),
 ]
 _NETWORK_CASES: list[tuple[str, Callable[[torch.device, KvdClient], None]]] = [
     ("receive buffers outlive their copies", check_receive_buffers_outlive_copies),

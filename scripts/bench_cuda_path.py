@@ -155,8 +155,8 @@ def run_bench(client: KvdClient, chunks: int, repeat: int) -> tuple[list[dict[st
                 idx = pinned_index(s)
                 off = 0
                 for layer in kv.layers:
-                    out = h[off : off + layer.nbytes].view(layer.tensor.dtype).view(layer.chunk_shape)
-                    out.copy_(layer.tensor.index_select(1, idx), non_blocking=True)
+                    out = h[off : off + layer.nbytes].view(layer.words.dtype).view(layer.words_chunk_shape)
+                    out.copy_(layer.words.index_select(1, idx), non_blocking=True)
                     off += layer.nbytes
         side.synchronize()
 
@@ -178,8 +178,8 @@ def run_bench(client: KvdClient, chunks: int, repeat: int) -> tuple[list[dict[st
                 idx = pinned_index(d)
                 off = 0
                 for layer in kv.layers:
-                    src_layer = h[off : off + layer.nbytes].view(layer.tensor.dtype).view(layer.chunk_shape)
-                    layer.tensor.index_copy_(1, idx, src_layer.to(dev, non_blocking=True))
+                    src_layer = h[off : off + layer.nbytes].view(layer.words.dtype).view(layer.words_chunk_shape)
+                    layer.words.index_copy_(1, idx, src_layer.to(dev, non_blocking=True))
                     off += layer.nbytes
         torch.cuda.current_stream().wait_stream(side)
 

@@ -16,7 +16,14 @@ REPO = Path(__file__).resolve().parents[2]
 CPU_CASES = {
     *(
         f"round trip {layout} skip={skip}"
-        for layout in ("flash bf16", "cpu fp32", "flash HND view", "2 tensor blocks per block", "mixed dtypes")
+        for layout in (
+            "flash bf16",
+            "cpu fp32",
+            "flash HND view",
+            "2 tensor blocks per block",
+            "odd rows fp16",
+            "mixed dtypes",
+        )
         for skip in (0, 1)
     ),
     "receive buffers outlive their copies",
