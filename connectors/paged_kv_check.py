@@ -10,7 +10,9 @@ through the network, exactly as the connector does: ``LoadBuffers`` of ``PagedKV
 Cases (each on every device asked for; the stream-order cases need CUDA):
 
 * ``round trip <layout> skip=<k>``: gather a chunk from scattered blocks, compare the bytes with an independent
-  reference, scatter them into other blocks leaving the first ``k`` alone; every other block is unchanged.
+  reference, scatter them into other blocks leaving the first ``k`` alone; every other block is unchanged. On
+  CUDA the copies of a whole chunk replay CUDA graphs (which the case checks were captured), and each case runs
+  again ``without graphs``, every copy launched on its own.
   Layouts: CUDA flash-attention ``(2, blocks, block, heads, head)`` bf16, the same as a permuted view of an HND
   cache (not contiguous), the CPU backend's ``(blocks, heads, block, 2*head)`` fp32, one vLLM block as two
   tensor blocks, rows no wider integer divides (copied as fp16, not as ``as_words``' integers), and layers of
@@ -158,10 +160,16 @@ def _host_like(kv: PagedKV, data: torch.Tensor) -> torch.Tensor:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def check_round_trip(device: torch.device, layout: str, skip: int) -> None:
+def check_round_trip(device: torch.device, layout: str, skip: int, graphs: bool = True) -> None:
     caches, nb, bs = _layouts(device)[layout]
     bpc = 4
-    kv = PagedKV(caches, num_blocks=nb, block_size=bs, blocks_per_chunk=bpc)
+    registered = [t.cpu() for t in caches.values()]
+    kv = PagedKV(caches, num_blocks=nb, block_size=bs, blocks_per_chunk=bpc, cuda_graphs=graphs)
+    if kv.cuda:
+        for direction, captured in (("save", kv._save_graphs), ("load", kv._load_graphs)):
+            assert (captured is not None) == graphs, f"{direction}: CUDA graphs captured {captured is not None}"
+    for layer, old in zip(kv.layers, registered, strict=True):  # the capture's warm-up writes blocks back
+        assert torch.equal(layer.tensor.cpu(), old), f"layer {layer.name} changed when it was registered"
     src, dst = _pick(nb, bpc, random.Random(f"{layout}/{skip}"))
     buf = kv.host_buffer(kv.payload_bytes)
     buf.fill_(0xA5)  # poisoned: an unwritten byte shows
@@ -470,6 +478,14 @@ def run_checks(devices: list[torch.device], client: KvdClient) -> list[dict[str,
         if device.type == "cpu":  # host memory: the same on every machine
             cases.append(("page-locked buffers unlock while mapped", check_locked_pages_unlock_while_mapped))
         if device.type == "cuda":
+            cases += [
+                (
+                    f"round trip {layout} skip={skip} without graphs",
+                    partial(check_round_trip, device, layout, skip, False),
+                )
+                for layout in _layouts(torch.device("cpu"))
+                for skip in (0, 1)
+            ]
             cases += [(name, partial(fn, device)) for name, fn in _CUDA_CASES]
         cases += [(name, partial(fn, device, client)) for name, fn in _NETWORK_CASES]
         for name, fn in cases:

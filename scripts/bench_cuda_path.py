@@ -7,10 +7,11 @@ Needs a CUDA GPU (CI never has one; nothing depends on this). The cache is shape
 scattered over the cache. Every figure is GB/s of KV payload, and a ratio to the matching ceiling measured in
 the same run (one ``non_blocking`` copy of each value between pinned host memory and the device):
 
-* save: ``PagedKV.gather`` (every layer's ``index_select`` into one device staging buffer, then one copy to
-  pinned memory, on a side stream), and the alternative of a select and a copy per layer;
-* load: ``PagedKV.scatter`` (one copy of the value to the device, then ``index_copy_`` per layer), and the
-  alternative of a copy and an ``index_copy_`` per layer;
+* save: ``PagedKV.gather`` (every layer's ``index_select`` into one device staging buffer, replayed as a CUDA
+  graph, then one copy to pinned memory, on a side stream), the same without CUDA graphs, and the alternative of
+  a select and a copy per layer;
+* load: ``PagedKV.scatter`` (one copy of the value to the device, then ``index_copy_`` per layer as a CUDA
+  graph), the same without CUDA graphs, and the alternative of a copy and an ``index_copy_`` per layer;
 * end to end through a real kvd on loopback (started here, persistence off): gather + pipelined SET; MGET
   received straight into pinned buffers; the same followed by the scatter (``connectors.paged_kv_check``'s
   ``load_through``, the connector's own sequence). Their ceiling is one loopback TCP connection moving the same
@@ -101,6 +102,22 @@ def _host_us(fn: Callable[[], None], repeat: int) -> float:
     return statistics.median(samples[1:]) * 1e6
 
 
+def _forward_wait_us(save: Callable[[], Any], repeat: int) -> float:
+    """Median microseconds between two events on the compute stream around ``save`` (the GPU idle before): how
+    long the next forward, queued after a save, waits for its selects, host launch gaps included."""
+    samples = []
+    for _ in range(repeat + 1):
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        save()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) * 1e3)
+    torch.cuda.synchronize()
+    return statistics.median(samples[1:])
+
+
 def run_bench(client: KvdClient, chunks: int, repeat: int) -> tuple[list[dict[str, Any]], dict[str, float]]:
     dev = torch.device("cuda")
     layers, heads, head, bs, chunk, nb = 32, 8, 128, 16, 256, 4096
@@ -110,6 +127,8 @@ def run_bench(client: KvdClient, chunks: int, repeat: int) -> tuple[list[dict[st
         for i in range(layers)
     }
     kv = PagedKV(caches, num_blocks=nb, block_size=bs, blocks_per_chunk=bpc)
+    eager = PagedKV(caches, num_blocks=nb, block_size=bs, blocks_per_chunk=bpc, cuda_graphs=False)
+    assert kv._save_graphs is not None, "CUDA graphs were not captured"
     rng = random.Random(3)
     ids = rng.sample(range(nb), 2 * chunks * bpc)
     src = [ids[c * bpc : (c + 1) * bpc] for c in range(chunks)]
@@ -137,12 +156,13 @@ def run_bench(client: KvdClient, chunks: int, repeat: int) -> tuple[list[dict[st
     row("ceiling: pinned -> device, one copy per value", h2d, None)
     row("ceiling: device -> pinned, one copy per value", d2h, None)
 
-    def gather() -> None:
-        events = [kv.gather(s, h) for s, h in zip(src, host, strict=True)]
+    def gather(paged: PagedKV = kv) -> None:
+        events = [paged.gather(s, h) for s, h in zip(src, host, strict=True)]
         for e in events:
             e.synchronize()
 
     row("save: PagedKV.gather (select into device staging, one D2H)", _median_s(gather, repeat), d2h)
+    row("save, the same without CUDA graphs", _median_s(lambda: gather(eager), repeat), d2h)
 
     def pinned_index(ids: list[int]) -> torch.Tensor:
         return torch.tensor(ids, dtype=torch.long, pin_memory=True).to(dev, non_blocking=True)
@@ -162,13 +182,14 @@ def run_bench(client: KvdClient, chunks: int, repeat: int) -> tuple[list[dict[st
 
     row("save, alternative: a select and a D2H per layer", _median_s(gather_per_layer, repeat), d2h)
 
-    def scatter() -> None:
-        kv.begin_load()
+    def scatter(paged: PagedKV = kv) -> None:
+        paged.begin_load()
         for d, h in zip(dst, host, strict=True):
-            kv.scatter(h, d)
-        kv.end_load()
+            paged.scatter(h, d)
+        paged.end_load()
 
     row("load: PagedKV.scatter (one H2D, index_copy_ on the device)", _median_s(scatter, repeat), h2d)
+    row("load, the same without CUDA graphs", _median_s(lambda: scatter(eager), repeat), h2d)
 
     def scatter_per_layer() -> None:
         side = kv._load_stream
@@ -218,16 +239,22 @@ def run_bench(client: KvdClient, chunks: int, repeat: int) -> tuple[list[dict[st
         for a, b in zip(blocks_of(kv, s), blocks_of(kv, d), strict=True):
             assert torch.equal(a, b), "end-to-end round trip mismatch"
 
-    def one_load() -> None:
-        kv.begin_load()
-        kv.scatter(host[0], dst[0])
-        kv.end_load()
+    def one_load(paged: PagedKV) -> None:
+        paged.begin_load()
+        paged.scatter(host[0], dst[0])
+        paged.end_load()
 
-    host_us = {
-        "save (gather of one value)": _host_us(lambda: kv.gather(src[0], host[0]), repeat),
-        "load (begin_load, scatter of one value, end_load)": _host_us(one_load, repeat),
-    }
-    return rows, host_us
+    timings: dict[str, list[float]] = {}
+    for _ in range(2):  # alternated, since the host's pace varies from one moment (and process) to the next
+        for name, paged in (("", kv), (", without CUDA graphs", eager)):
+            for what, fn in (
+                ("host time to queue a save (gather of one value)", lambda p=paged: p.gather(src[0], host[0])),
+                ("host time to queue a load (begin_load, scatter, end_load)", lambda p=paged: one_load(p)),
+            ):
+                timings.setdefault(what + name, []).append(_host_us(fn, repeat))
+            wait = "GPU time the next forward waits for a save's selects (one value)" + name
+            timings.setdefault(wait, []).append(_forward_wait_us(lambda p=paged: p.gather(src[0], host[0]), repeat))
+    return rows, {k: min(v) for k, v in timings.items()}
 
 
 def main() -> int:
@@ -243,7 +270,7 @@ def main() -> int:
         server = Server(Path(tmp), persistence=False).start()
         try:
             client = KvdClient(ClientConfig(url=server.url, timeout_ms=60_000))
-            rows, host_us = run_bench(client, args.chunks, args.repeat)
+            rows, timings = run_bench(client, args.chunks, args.repeat)
             client.close()
         finally:
             server.stop()
@@ -253,10 +280,10 @@ def main() -> int:
     for r in rows:
         ratio = "" if r["x ceiling"] is None else f"{r['x ceiling']:.2f}"
         print(f"{r['path']:58s} {r['GB/s']:7.2f} {ratio:>10s}")
-    for name, us in host_us.items():
-        print(f"host time to queue a {name}: {us:.0f} us")
+    for name, us in timings.items():
+        print(f"{name}: {us:.0f} us")
     if args.json:
-        out = {"gpu": gpu, "torch": torch.__version__, "rows": rows, "host_us": host_us}
+        out = {"gpu": gpu, "torch": torch.__version__, "rows": rows, "us": timings}
         args.json.write_text(json.dumps(out, indent=1))
     return 0
 
