@@ -39,13 +39,20 @@ CPU in CI and on a GPU where one is lent (``python -m connectors.paged_kv_check`
   fewer is its slow one. On an H200 a value's 32 selects took 0.31-0.33 ms instead of 0.43 (CUDA's layout) and
   0.30 instead of 0.40 (blocks first); that is the time the next forward waits for a save. A non-contiguous
   view (vLLM's HND layout) is selected along its block dimension.
+* **CUDA graphs.** Each staging buffer's selects of a whole chunk, and its scatters, are captured once at
+  registration (after a warm-up that reads the first chunk's blocks and writes them back unchanged) and replayed
+  per value, after the index buffers they read are refilled on the replaying stream: one launch instead of one
+  per layer. On an H200 the forward thread's time to queue a save fell from 773 to 236 us, a load's from 661 to
+  259 us, and saves ran at 0.97 of a pinned copy instead of 0.91. A load that skips locally computed blocks
+  launches its copies one by one, as does everything where a capture fails (logged once) or the engine runs
+  with ``enforce_eager``.
 * **Index tensors** are made once per chunk and ratio, on the stream that reads them, from pinned memory with
   ``non_blocking``: ``torch.tensor(ids, device="cuda")`` copies from pageable memory and waits for its stream,
   which made the forward thread wait for the whole forward before each save.
 
 On CPU every call completes before it returns, and the copies go straight between the KV tensors and the buffers.
-Complexity: O(layers) kernel launches per chunk each way, each moving ``blocks_per_chunk`` blocks of one layer,
-plus one copy between host and device on CUDA.
+Complexity: O(layers) kernels per chunk each way, each moving ``blocks_per_chunk`` blocks of one layer (on CUDA
+one graph launch for them), plus one copy between host and device on CUDA.
 """
 
 from __future__ import annotations
@@ -221,6 +228,14 @@ class PagedKV:
             self._load_graphs: Captured | None = None
             if cuda_graphs:
                 self._capture()
+
+    @property
+    def launches(self) -> str:
+        """How a chunk's copies are launched, for the log."""
+        if not self.cuda:
+            return "on the CPU"
+        graphs = [d for d, g in (("saves", self._save_graphs), ("loads", self._load_graphs)) if g is not None]
+        return "CUDA graphs for " + " and ".join(graphs) if graphs else "one kernel per layer, no CUDA graphs"
 
     def describe(self) -> list[tuple[Any, ...]]:
         """What the bytes of a value depend on: every layer's name, shape, strides, dtype and block dimension."""

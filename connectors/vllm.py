@@ -527,6 +527,8 @@ class KvdConnector(KVConnectorBase_V1):
             fp0 = hashing.fingerprint(_key_layout(vllm_config, kv_cache_config, self._s, 0))
             self._rank_prefix0 = (f"kvd:{self._s.namespace}:{fp0}:", f"kvd:{self._s.namespace}:{self._fp}:")
         self._num_blocks = int(kv_cache_config.num_blocks) if kv_cache_config is not None else 0
+        # CUDA graphs of the KV copies (PagedKV) unless the engine runs without graphs, as vLLM's own are.
+        self._cuda_graphs = not bool(getattr(vllm_config.model_config, "enforce_eager", False))
         self._client = KvdClient(
             ClientConfig(
                 url=self._s.url,
@@ -555,7 +557,11 @@ class KvdConnector(KVConnectorBase_V1):
 
     def register_kv_caches(self, kv_caches: dict[str, torch.Tensor]) -> None:
         kv = PagedKV(
-            kv_caches, num_blocks=self._num_blocks, block_size=self._block_size, blocks_per_chunk=self._blocks_per_chunk
+            kv_caches,
+            num_blocks=self._num_blocks,
+            block_size=self._block_size,
+            blocks_per_chunk=self._blocks_per_chunk,
+            cuda_graphs=self._cuda_graphs,
         )
         self._kv = kv
         self._hdr = codec.header_size(len(kv.value_shape))
@@ -569,11 +575,13 @@ class KvdConnector(KVConnectorBase_V1):
         desc = [self._fp, kv.describe(), str(kv.device.type)]
         self._layout_fp = hashlib.blake2b(repr(desc).encode(), digest_size=16).digest()
         logger.info(
-            "kvd connector (worker tp%d): %d layers, block dim %d, chunk value %.2f MiB, fingerprint %s, url %s",
+            "kvd connector (worker tp%d): %d layers, block dim %d, chunk value %.2f MiB, copies %s, fingerprint %s, "
+            "url %s",
             self._tp_rank,
             len(kv.layers),
             kv.layers[0].dim,
             self._value_bytes / 2**20,
+            kv.launches,
             self._fp,
             self._client._safe_url(),
         )
