@@ -46,7 +46,7 @@ CPU in CI and on a GPU where one is lent (``python -m connectors.paged_kv_check`
   259 us, and saves ran at 0.97 of a pinned copy instead of 0.91. A load that skips locally computed blocks
   launches its copies one by one, as does everything where a capture fails (logged once) or the engine runs
   with ``enforce_eager``.
-* **Index tensors** are made once per chunk and ratio, on the stream that reads them, from pinned memory with
+* **Index tensors** are made once per chunk and geometry, on the stream that reads them, from pinned memory with
   ``non_blocking``: ``torch.tensor(ids, device="cuda")`` copies from pageable memory and waits for its stream,
   which made the forward thread wait for the whole forward before each save.
 
