@@ -103,8 +103,8 @@ def _host_us(fn: Callable[[], None], repeat: int) -> float:
 
 
 def _forward_wait_us(save: Callable[[], Any], repeat: int) -> float:
-    """Median microseconds between two events on the compute stream around ``save`` (the GPU idle before): how
-    long the next forward, queued after a save, waits for its selects, host launch gaps included."""
+    """Median microseconds between two events on the compute stream around ``save`` (the GPU idle before): from
+    the save's call until the compute stream may go on, the host's queueing and the selects included."""
     samples = []
     for _ in range(repeat + 1):
         torch.cuda.synchronize()
@@ -252,7 +252,7 @@ def run_bench(client: KvdClient, chunks: int, repeat: int) -> tuple[list[dict[st
                 ("host time to queue a load (begin_load, scatter, end_load)", lambda p=paged: one_load(p)),
             ):
                 timings.setdefault(what + name, []).append(_host_us(fn, repeat))
-            wait = "GPU time the next forward waits for a save's selects (one value)" + name
+            wait = "time from a save's call until the compute stream may go on (one value)" + name
             timings.setdefault(wait, []).append(_forward_wait_us(lambda p=paged: p.gather(src[0], host[0]), repeat))
     return rows, {k: min(v) for k, v in timings.items()}
 
