@@ -114,11 +114,14 @@ class LinkError(Exception):
 
 
 def command_size(argv: list[Any]) -> int:
-    """Bytes of ``argv`` as a RESP array of bulk strings: what it took of the primary's stream."""
-    size = 3 + len(str(len(argv)))
+    """Bytes of ``argv`` as a RESP array of bulk strings: what it took of the primary's stream.
+
+    Run for every command a replica applies: a flood of small SETs spent 18 % of the replica's time here (py-spy)
+    when each length's digits came from ``str``; most arguments are shorter than 100 bytes."""
+    size = 3 + len(str(len(argv))) + 5 * len(argv)
     for arg in argv:
         n = len(arg)
-        size += 5 + len(str(n)) + n
+        size += n + (1 if n < 10 else 2 if n < 100 else len(str(n)))
     return size
 
 
