@@ -10,14 +10,18 @@ ratio to the same primary without one, and kvd against Redis:
 
 * small writes: ``redis-benchmark -t set -d 64 -P 16 -c 50 -r 100000`` (requests per second);
 * large writes: SET of 1 MiB values from one redis-py client for a fixed time (GB/s);
-* the replica's lag at the end: how long ``WAIT 1 10000`` took after the last write.
+* the replica's lag at the end: how long ``WAIT 1`` took after the last write.
 
 The replica part: one redis-server primary (persistence off, its default diskless transfer, without its 5 s
 delay) holding 512 random 1 MiB values and 200 000 small keys; a replica of each kind (redis-server, kvd with
 persistence off, kvd with the log on at ``everysec``) is pointed at it with REPLICAOF in turn and timed until its
 link is up with every key loaded (the full resynchronisation); then, with that replica attached, the primary
 takes 1 MiB SETs and small pipelined SETs as above, and ``WAIT 1`` after the last write says how far the replica
-was behind.
+was behind; from it, the rate at which the replica applied the flood (its SETs over the flood and the wait).
+``--base DIR`` adds a kvd replica run from another checkout (``git worktree add DIR <commit>``), to compare.
+
+Each ``WAIT`` goes out on a new connection: Redis waits for the offset after the client's previous command, and
+on a connection whose last command was an earlier ``WAIT`` it would wait for nothing.
 
 Every load loop is bounded in time and count; every server is stopped at the end.
 """
@@ -37,7 +41,7 @@ from pathlib import Path
 import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_server import Server, _wait_ready, ensure_redis, free_port, start_kvd, start_redis  # scripts/ on path
+from bench_server import ROOT, Server, _wait_ready, ensure_redis, free_port, start_kvd, start_redis  # scripts/ on path
 
 MiB = 1 << 20
 
@@ -62,8 +66,12 @@ def start_replica(workdir: Path, primary: Server) -> Server:
     return srv
 
 
+def small_write_count(seconds: float) -> int:
+    return int(seconds * 400_000)  # bounded in count as in time: redis-benchmark stops at -n
+
+
 def small_writes(port: int, seconds: float) -> float:
-    n = int(seconds * 400_000)  # bounded in count as in time: redis-benchmark stops at -n
+    n = small_write_count(seconds)
     out = subprocess.run(
         ["redis-benchmark", "-p", str(port), "-t", "set", "-d", "64", "-P", "16", "-c", "50", "-r", "100000",
          "-n", str(n), "-q"],
@@ -119,24 +127,33 @@ def follow_time(replica: Server, primary: Server) -> float:
     return time.perf_counter() - start
 
 
-def replica_part(workdir: Path, seconds: float) -> None:
+def wait_for_replica(port: int, timeout_ms: int = 60_000) -> float:
+    """Milliseconds until one replica acknowledged every write so far (``WAIT`` on a new connection; see above);
+    infinity if none did within ``timeout_ms``."""
+    t = time.perf_counter()
+    acked = redis.Redis(port=port).execute_command("WAIT", 1, timeout_ms)
+    return (time.perf_counter() - t) * 1000 if acked >= 1 else float("inf")
+
+
+def replica_part(workdir: Path, seconds: float, base: Path | None) -> None:
     large, small = 512, 200_000
     primary = start_redis("primary", "off", workdir)
     results: dict[str, tuple[float, float, float, float, float]] = {}
+    names = ["redis", "kvd", "kvd-everysec"] + (["kvd-base"] if base else [])
     try:
         fill_primary(primary.port, large, small)
-        for name in ("redis", "kvd", "kvd-everysec"):
+        for name in names:
             if name == "redis":
                 replica = start_redis(f"replica-{name}", "off", workdir)
             else:
-                replica = start_kvd(f"replica-{name}", "uvloop", "everysec" if "everysec" in name else "off", workdir)
+                fsync = "everysec" if "everysec" in name else "off"
+                tree = base if name == "kvd-base" and base else ROOT
+                replica = start_kvd(f"replica-{name}", "uvloop", fsync, workdir, tree=tree)
             try:
                 sync_s = follow_time(replica, primary)
                 gbps, lag_large = large_writes(primary.port, seconds, True)
                 ops = small_writes(primary.port, seconds)
-                t = time.perf_counter()
-                redis.Redis(port=primary.port).execute_command("WAIT", 1, 10_000)
-                lag_small = (time.perf_counter() - t) * 1000
+                lag_small = wait_for_replica(primary.port)
             finally:
                 replica.stop()
             results[name] = (sync_s, gbps, lag_large, ops, lag_small)
@@ -149,24 +166,31 @@ def replica_part(workdir: Path, seconds: float) -> None:
     print(f"redis-server primary, {large} x 1 MiB + {small} small keys (+ redis-benchmark's 100 000 after the first "
           "round); the replica is:")  # fmt: skip
     print()
+    if base:
+        print(f"(kvd-base: the kvd of {base}, persistence off.)")
+        print()
     print("| replica | full sync s | redis / it | primary's SET 1 MiB GB/s | WAIT 1 after, ms | primary's SET -d 64 "
-          "-P 16 req/s | WAIT 1 after, ms |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|")
-    base = results["redis"][0]
+          "-P 16 req/s | WAIT 1 after, ms | replica applied, SET/s |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|")
+    redis_sync = results["redis"][0]
+    n = small_write_count(seconds)
     for name, (sync_s, gbps, lag_large, ops, lag_small) in results.items():
-        print(f"| {name} | {sync_s:.2f} | {base / sync_s:.2f}x | {gbps:.2f} | {lag_large:.1f} | {ops:.0f} | "
-              f"{lag_small:.1f} |")  # fmt: skip
+        applied = n / (n / ops + lag_small / 1000)  # every SET, over the flood and the wait for the replica
+        shown = f"{applied:.0f}" if applied else "- (WAIT timed out)"
+        print(f"| {name} | {sync_s:.2f} | {redis_sync / sync_s:.2f}x | {gbps:.2f} | {lag_large:.1f} | {ops:.0f} | "
+              f"{lag_small:.1f} | {shown} |")  # fmt: skip
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=4.0, help="per measurement")
     ap.add_argument("--part", choices=("primary", "replica", "both"), default="both")
+    ap.add_argument("--base", type=Path, help="replica part: also a kvd replica from this checkout (a git worktree)")
     args = ap.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="kvd-bench-repl-"))
     if args.part in ("replica", "both"):
         try:
-            replica_part(workdir, args.seconds)
+            replica_part(workdir, args.seconds, args.base)
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
         if args.part == "replica":
