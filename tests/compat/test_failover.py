@@ -7,9 +7,12 @@ The tests without ``kvd_only`` pass with redis-server as the primary too (``KVD_
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from test_rdb_snapshot import fill
@@ -111,24 +114,32 @@ def test_a_replica_that_never_catches_up_times_the_failover_out(server, redis_se
         os.kill(redis_server.pid, signal.SIGCONT)
 
 
-def test_failover_abort_releases_the_held_writes(server, redis_server):
+@contextlib.contextmanager
+def failover_holding_a_write(server, redis_server) -> Iterator[tuple[Any, Any, Any]]:
+    """A FAILOVER waiting for its replica, which is stopped, and a SET it holds: yields the primary's client,
+    the raw connection whose SET is held and another raw connection. The replica goes on at the end."""
     p = server.client()
     follow(redis_server, server)
     os.kill(redis_server.pid, signal.SIGSTOP)
     try:
         with server.raw() as raw, server.raw() as other:
-            p.set("unacknowledged", "1")
+            p.set("unacknowledged", "1")  # a write the stopped replica never acknowledges
             assert raw.command("FAILOVER") == b"+OK\r\n"
             raw.send_command("SET", "held", "1")
             time.sleep(0.3)
-            assert other.command("CLIENT", "UNPAUSE") == b"+OK\r\n"  # a CLIENT PAUSE's end; not the failover's
-            assert other.command("EXISTS", "held") == b":0\r\n"
-            assert other.command("FAILOVER", "ABORT") == b"+OK\r\n"
-            assert raw.read_reply() == b"+OK\r\n"
-        assert p.info("replication")["master_failover_state"] == "no-failover"
-        assert p.get("held") == b"1"
+            yield p, raw, other
     finally:
         os.kill(redis_server.pid, signal.SIGCONT)
+
+
+def test_failover_abort_releases_the_held_writes(server, redis_server):
+    with failover_holding_a_write(server, redis_server) as (p, raw, other):
+        assert other.command("CLIENT", "UNPAUSE") == b"+OK\r\n"  # a CLIENT PAUSE's end; not the failover's
+        assert other.command("EXISTS", "held") == b":0\r\n"
+        assert other.command("FAILOVER", "ABORT") == b"+OK\r\n"
+        assert raw.read_reply() == b"+OK\r\n"
+        assert p.info("replication")["master_failover_state"] == "no-failover"
+        assert p.get("held") == b"1"
 
 
 @pytest.mark.kvd_only  # what Redis does with a target that never answers is to keep waiting for it
@@ -159,19 +170,9 @@ def test_a_target_that_does_not_answer_leaves_the_server_the_primary(server, red
 
 @pytest.mark.kvd_only  # kvd aborts a failover when it shuts down, so the writes it held get their answers
 def test_shutdown_during_a_failover_answers_the_held_writes(server, redis_server):
-    p = server.client()
-    follow(redis_server, server)
-    os.kill(redis_server.pid, signal.SIGSTOP)
-    try:
-        with server.raw() as raw, server.raw() as other:
-            p.set("unacknowledged", "1")
-            assert raw.command("FAILOVER") == b"+OK\r\n"
-            raw.send_command("SET", "held", "1")
-            time.sleep(0.3)
-            assert other.command("EXISTS", "held") == b":0\r\n"  # held, not run
-            other.send_command("SHUTDOWN", "NOSAVE")
-            assert raw.read_reply() == b"+OK\r\n"  # answered before the connection closed
+    with failover_holding_a_write(server, redis_server) as (_, raw, other):
+        assert other.command("EXISTS", "held") == b":0\r\n"  # held, not run
+        other.send_command("SHUTDOWN", "NOSAVE")
+        assert raw.read_reply() == b"+OK\r\n"  # answered before the connection closed
         assert server.proc.wait(30) == 0
         assert "aborted: the server is shutting down" in server.stderr_text()
-    finally:
-        os.kill(redis_server.pid, signal.SIGCONT)
