@@ -15,8 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from test_rdb_snapshot import fill
-from test_replication import follow, same, until
+from test_replication import follow, same, synced, until
 
 pytestmark = [pytest.mark.compat, pytest.mark.timeout(180)]
 
@@ -32,11 +31,7 @@ def failed_over(primary, new_primary) -> bool:
 
 
 def test_failover_hands_the_role_to_a_redis_replica(server, redis_server):
-    p = server.client()
-    fill(p)
-    follow(redis_server, server)
-    r = redis_server.client()
-    same(p, r)
+    p, r = synced(server, redis_server)
     try:
         with server.raw() as raw:
             assert raw.command("FAILOVER") == b"+OK\r\n"

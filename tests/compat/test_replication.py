@@ -54,12 +54,19 @@ def same(primary, replica) -> None:
         assert (mine == -1) == (theirs == -1) and abs(mine - theirs) < 2000, (key, mine, theirs)
 
 
-def test_every_kind_of_change_reaches_a_redis_replica(server, replica):
-    p = server.client()
+def synced(primary, replica: ServerProcess) -> tuple[redis.Redis, redis.Redis]:
+    """``primary`` filled with every kind of value (``fill``), and ``replica`` following it and holding the same:
+    a client of each."""
+    p = primary.client()
     fill(p)
-    follow(replica, server)
+    follow(replica, primary)
     r = replica.client()
     same(p, r)
+    return p, r
+
+
+def test_every_kind_of_change_reaches_a_redis_replica(server, replica):
+    p, r = synced(server, replica)
     every_kind_of_change(p, r)
     assert r.dbsize() == 1
 
