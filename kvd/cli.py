@@ -139,6 +139,10 @@ async def _serve(settings: Settings) -> int:
         seg_log.start(asyncio.get_running_loop(), keyspace)
         identity = take_identity(settings.dir)  # a clean shutdown's replication id: replicas continue
         link_identity = take_identity(settings.dir, LINK_IDENTITY_FILE)  # and its primary's: it continues
+    from kvd.replica import remove_stale_transfers
+
+    for path in remove_stale_transfers(settings.dir):
+        log.info("removed %s, the snapshot of a transfer whose process was killed", path)
     server = Server(settings, keyspace, report, identity, link_identity)
     try:
         await server.start()

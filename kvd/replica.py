@@ -15,7 +15,8 @@ The link (``ReplicaLink``) is one task and at most one connection, in the steps 
                ``+FULLRESYNC <replid> <offset>``: a snapshot follows
     transfer   ``$<size>`` and an RDB file, or ``$EOF:<40-byte mark>``, the file, the mark (a diskless primary);
                the newlines a primary sends while it prepares the file are keep-alives. The file goes to
-               ``dir/temp-replica-<pid>.rdb`` through aiofiles (writes in a thread), never into memory whole.
+               ``dir/temp-replica-<pid>.rdb`` through aiofiles (writes in a thread), never into memory whole; the
+               file of a process killed mid-transfer is deleted at the next start (``remove_stale_transfers``).
     check      the whole file is read once, in a thread, checksum included: a damaged snapshot is refused (and
                the link retries) before anything held is dropped
     load       the old data is flushed and the file's string keys are SET one at a time (``RdbReader``), in
@@ -690,9 +691,40 @@ def _check(path: Path) -> int:
         return sum(1 for _ in RdbReader(f, skip_other_types=True))
 
 
+_TEMP_PREFIX = "temp-replica-"
+
+
+def _temp_dir(directory: str) -> Path:
+    return Path(directory) if directory and Path(directory).is_dir() else Path(tempfile.gettempdir())
+
+
 def _temp_path(directory: str) -> Path:
-    base = Path(directory) if directory and Path(directory).is_dir() else Path(tempfile.gettempdir())
-    return base / f"temp-replica-{os.getpid()}.rdb"
+    return _temp_dir(directory) / f"{_TEMP_PREFIX}{os.getpid()}.rdb"
+
+
+def remove_stale_transfers(directory: str) -> list[Path]:
+    """Delete the snapshot files that transfers cut short by a killed process left behind, at start-up: a full
+    resynchronisation of a large dataset leaves a file as large. The pid in the name tells whose it is; a live
+    process's file is left alone (another kvd may share the directory). The paths removed are returned."""
+    removed = []
+    for path in _temp_dir(directory).glob(f"{_TEMP_PREFIX}*.rdb"):
+        pid = path.name[len(_TEMP_PREFIX) : -len(".rdb")]
+        if not pid.isdigit() or int(pid) == os.getpid() or _alive(int(pid)):
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+            removed.append(path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # signal 0: only whether the process exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, as another user's
+        pass
+    return True
 
 
 def _text(reply: bytes) -> str:

@@ -14,7 +14,11 @@ import redis
 from support.primary import FakePrimary, small_keys_rdb
 from support.server import ServerProcess
 from test_rdb_snapshot import fill
-from test_replication import every_kind_of_change, same  # same: WAIT counts the replica, then it equals the primary
+from test_replication import (
+    every_kind_of_change,
+    same,
+    until,
+)  # same: WAIT counts the replica, then it equals the primary
 from test_replication import follow as follow_primary
 
 pytestmark = [pytest.mark.compat, pytest.mark.timeout(180)]
@@ -323,9 +327,27 @@ def test_a_damaged_snapshot_is_refused_before_the_data_held_goes(server):
         fake.wait_psyncs(2)
         assert r.get("mine") == b"1" and r.get("k") is None
         assert "the primary's snapshot is damaged, the data held is kept: checksum mismatch" in server.stderr_text()
-        assert not list(server.dir.glob("temp-replica-*"))  # the transfer's file does not stay behind
+        r.replicaof("NO", "ONE")  # the link retries meanwhile: a transfer may be under way until it stops
+        until(lambda: not list(server.dir.glob("temp-replica-*")), "the transfer's file stays behind", 10)
     finally:
         r.replicaof("NO", "ONE")
+        fake.close()
+
+
+def test_a_transfer_killed_midway_leaves_no_file_after_a_restart(server):
+    r = server.client()
+    fake = FakePrimary(b"$100000000\r\nREDIS0009" + b"\0" * 100_000, hold=60)  # 100 MB promised, 100 kB sent
+    try:
+        r.replicaof(fake.host, fake.port)
+        until(lambda: list(server.dir.glob("temp-replica-*.rdb")), "no transfer started", 10)
+        (left,) = server.dir.glob("temp-replica-*.rdb")
+        server.kill9()
+        assert left.exists()
+        server.restart()
+        assert not left.exists()
+        assert f"removed {left}, the snapshot of a transfer whose process was killed" in server.stderr_text()
+    finally:
+        server.client().replicaof("NO", "ONE")
         fake.close()
 
 
