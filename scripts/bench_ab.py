@@ -15,6 +15,7 @@ Targets:
     kvd=/path/to/checkout     another checkout of kvd (git worktree add /tmp/base HEAD~1), on this interpreter
     kvd@/path/to/python       this checkout on another interpreter (which must have kvd's dependencies)
     kvd=/path@/path/python    both
+    kvd-asyncio               kvd on plain asyncio instead of uvloop (KVD_EVENT_LOOP), with =TREE and @PYTHON too
 
 Examples (the commands behind docs/benchmarks.md, "Which interpreter"):
 
@@ -49,8 +50,8 @@ def parse_target(target: str) -> tuple[str, str, str]:
     """``kvd=TREE@PYTHON`` -> ("kvd", TREE, PYTHON); the parts not given are empty."""
     head, _, python = target.partition("@")
     kind, _, tree = head.partition("=")
-    if kind not in ("redis", "kvd") or (kind == "redis" and (tree or python)):
-        raise SystemExit(f"unknown target {target!r}: redis, kvd, kvd=TREE, kvd@PYTHON or kvd=TREE@PYTHON")
+    if kind not in ("redis", "kvd", "kvd-asyncio") or (kind == "redis" and (tree or python)):
+        raise SystemExit(f"unknown target {target!r}: redis, kvd[-asyncio], kvd=TREE, kvd@PYTHON or kvd=TREE@PYTHON")
     return kind, tree, python
 
 
@@ -61,8 +62,9 @@ def start(target: str, args: argparse.Namespace, workdir: Path, index: int) -> b
         srv = bs.start_redis(f"t{index}", args.persistence, workdir, cpus=cpus)
     else:
         tree_path = Path(tree).resolve() if tree else bs.ROOT
+        loop = "asyncio" if kind == "kvd-asyncio" else "uvloop"
         srv = bs.start_kvd(
-            f"t{index}", "uvloop", args.persistence, workdir, python=python or bs.PY, tree=tree_path, cpus=cpus
+            f"t{index}", loop, args.persistence, workdir, python=python or bs.PY, tree=tree_path, cpus=cpus
         )
     srv.name = f"{index}:{target}"
     return srv
@@ -117,7 +119,7 @@ def report(results: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("targets", nargs="+", help="redis, kvd, kvd=TREE, kvd@PYTHON, kvd=TREE@PYTHON")
+    ap.add_argument("targets", nargs="+", help="redis, kvd[-asyncio], kvd=TREE, kvd@PYTHON, kvd=TREE@PYTHON")
     ap.add_argument("--op", default="SET", choices=("SET", "GET", "MGET"))
     ap.add_argument("--size", type=parse_size, default=256 * bl.KiB, help="value size: 4096, 256K, 1M (default 256K)")
     ap.add_argument("--clients", type=int, default=1, help="client processes (default 1)")
