@@ -36,9 +36,12 @@ def rss_bytes(pid: int) -> int:
     raise RuntimeError("no VmRSS")
 
 
-def recv_until_closed(sock: socket.socket, timeout: float = 5.0, limit: int = 1 << 20) -> tuple[bytes, bool]:
-    """Read until EOF/reset or ``timeout``; returns (bytes, closed)."""
-    sock.settimeout(0.2)
+def recv_until_closed(
+    sock: socket.socket, timeout: float = 5.0, limit: int = 1 << 20, marker: bytes | None = None
+) -> tuple[bytes, bool]:
+    """Read until EOF/reset, ``timeout``, ``limit`` bytes or, with ``marker``, data that ends with it; returns
+    (bytes, closed)."""
+    sock.settimeout(0.05)
     data = bytearray()
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and len(data) < limit:
@@ -51,6 +54,8 @@ def recv_until_closed(sock: socket.socket, timeout: float = 5.0, limit: int = 1 
         if not chunk:
             return bytes(data), True
         data += chunk
+        if marker is not None and data.endswith(marker):
+            break
     return bytes(data), False
 
 

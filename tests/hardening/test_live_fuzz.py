@@ -121,26 +121,6 @@ MUST_CLOSE = {"http", "huge-bulk", "nested", "unbalanced", "long-line", "resp-ty
 SEND_ALONE = {"long-line"}
 
 
-def read_for_marker(s: socket.socket, marker: bytes, timeout: float) -> tuple[bytes, bool]:
-    """Read until ``marker`` ends the data, the peer closes, or ``timeout``; returns (data, closed)."""
-    s.settimeout(0.05)
-    data = bytearray()
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            chunk = s.recv(65536)
-        except TimeoutError:
-            continue
-        except (ConnectionResetError, BrokenPipeError):
-            return bytes(data), True
-        if not chunk:
-            return bytes(data), True
-        data += chunk
-        if data.endswith(marker):
-            return bytes(data), False
-    return bytes(data), False
-
-
 def check_case(port: int, kind: str, payload: bytes, rng: random.Random) -> str:
     """Send one case, then an ECHO of a fresh marker, on a fresh connection. Returns a problem or ''.
 
@@ -161,7 +141,7 @@ def check_case(port: int, kind: str, payload: bytes, rng: random.Random) -> str:
         except (ConnectionResetError, BrokenPipeError):
             return "" if kind not in MUST_ANSWER else "closed while sending a valid request"
         wait = 5.0 if kind in MUST_ANSWER or kind in MUST_CLOSE else 0.25
-        data, closed = read_for_marker(s, marker, wait)
+        data, closed = recv_until_closed(s, timeout=wait, limit=1 << 30, marker=marker)
     try:
         replies, rest = parse_replies(data)
     except hiredis.ProtocolError as exc:
