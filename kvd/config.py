@@ -29,15 +29,19 @@ from fractions import Fraction
 from typing import Any
 
 __all__ = [
+    "FIXED",
     "RUNTIME_KEYS",
     "SPECS",
+    "SYNONYMS",
     "ConfigError",
     "Settings",
     "Spec",
     "apply_runtime",
     "format_size",
+    "is_setting",
     "load_settings",
     "parse_size",
+    "redis_items",
     "render_toml",
     "settings_items",
 ]
@@ -370,6 +374,18 @@ SPECS: tuple[Spec, ...] = tuple(
 _BY_NAME: dict[str, Spec] = {spec.name: spec for spec in SPECS}
 RUNTIME_KEYS: frozenset[str] = frozenset(spec.name for spec in SPECS if spec.runtime)
 
+# Redis's names for what kvd configures otherwise, so that a Redis user's ``--appendonly no`` or a tool's
+# ``CONFIG SET save ""`` works as it means. A synonym is the kvd key itself (a start-up key stays one: CONFIG SET
+# takes only its current value). A fixed name is something kvd does not have (scheduled RDB snapshots: every
+# write is in the log, and BGSAVE writes one on demand; databases other than 0): CONFIG GET shows the value that
+# says so, and only that value is accepted.
+SYNONYMS: dict[str, str] = {"appendonly": "persistence"}
+FIXED: dict[str, str] = {"save": "", "databases": "1"}
+_FIXED_WHY = {
+    "save": "kvd takes no scheduled snapshots (every write is in its log; BGSAVE writes an RDB file on demand)",
+    "databases": "kvd has one database (0)",
+}
+
 
 # -- conversion -----------------------------------------------------------------------------------------------
 
@@ -445,6 +461,13 @@ def _convert(spec: Spec, raw: Any, from_text: bool) -> Any:
     return raw
 
 
+def _fixed(name: str, raw: Any) -> None:
+    """A FIXED name given a value: nothing to set; ValueError unless it is the one value kvd has."""
+    if str(raw).strip() != FIXED[name]:
+        shown = FIXED[name] or '""'
+        raise ValueError(f"{_FIXED_WHY[name]}: only {shown} is accepted, got {raw!r}")
+
+
 def _unknown(name: str, flag: bool = False) -> str:
     close = difflib.get_close_matches(name.replace("_", "-").lower(), list(_BY_NAME), n=1, cutoff=0.6)
     dash = "--" if flag else ""
@@ -502,7 +525,14 @@ def load_settings(config_path: str | None, overrides: Sequence[str] = ()) -> Set
     """
     values: dict[str, Any] = {spec.name: spec.default for spec in SPECS}
     if config_path is not None:
-        for name, raw in _read_toml(config_path).items():
+        for given, raw in _read_toml(config_path).items():
+            name = SYNONYMS.get(given, given)
+            if name in FIXED:
+                try:
+                    _fixed(name, raw)
+                except ValueError as exc:
+                    raise _fail(config_path, f"{name}: {exc}") from None
+                continue
             spec = _BY_NAME.get(name)
             if spec is None:
                 table = " (all keys are top-level; tables are not used)" if isinstance(raw, dict) else ""
@@ -528,13 +558,21 @@ def load_settings(config_path: str | None, overrides: Sequence[str] = ()) -> Set
                 words.append(args[i])
                 i += 1
             raw = " ".join(words)
+        flag_name = name
+        name = SYNONYMS.get(name, name)
+        if name in FIXED:
+            try:
+                _fixed(name, raw)
+            except ValueError as exc:
+                raise _fail(f"--{flag_name}", str(exc)) from None
+            continue
         spec = _BY_NAME.get(name)
         if spec is None:
             raise _fail(f"--{name}", _unknown(name, flag=True))
         try:
             values[name] = _convert(spec, raw, from_text=True)
         except ValueError as exc:
-            raise _fail(f"--{name}", str(exc)) from None
+            raise _fail(f"--{flag_name}", str(exc)) from None
     problem = _cross_check(values)
     if problem:
         if config_path is None:
@@ -576,9 +614,15 @@ def settings_items(s: Settings) -> list[tuple[str, str]]:
     return [(spec.name, _display(spec, getattr(s, _attr(spec.name)))) for spec in SPECS]
 
 
+def redis_items(s: Settings) -> list[tuple[str, str]]:
+    """CONFIG GET's Redis names (SYNONYMS, FIXED) with their values, after ``settings_items``."""
+    return [("appendonly", "yes" if s.persistence else "no"), *FIXED.items()]
+
+
 def is_setting(key: str) -> bool:
     """Whether ``key`` names a setting (CONFIG SET checks every name before it changes anything)."""
-    return key.lower() in _BY_NAME
+    key = key.lower()
+    return key in _BY_NAME or key in SYNONYMS or key in FIXED
 
 
 def apply_runtime(s: Settings, key: str, value: str) -> Settings:
@@ -586,16 +630,28 @@ def apply_runtime(s: Settings, key: str, value: str) -> Settings:
 
     The message carries no file name (the caller wraps it in Redis's ``ERR CONFIG SET failed ...``).
     """
-    name = key.strip().lower()
+    given = key.strip().lower()
+    name = SYNONYMS.get(given, given)
+    if name in FIXED:
+        try:
+            _fixed(name, value)
+        except ValueError as exc:
+            raise _fail(name, str(exc)) from None
+        return s
     spec = _BY_NAME.get(name)
     if spec is None:
         raise _fail("", _unknown(key))
-    if not spec.runtime:
-        raise _fail(name, f"cannot be changed at run time (set it in the config file or with --{name} at start-up)")
+    start_up_only = f"cannot be changed at run time (set it in the config file or with --{name} at start-up)"
+    if not spec.runtime and given == name:
+        raise _fail(name, start_up_only)
     try:
         converted = _convert(spec, value, from_text=True)
     except ValueError as exc:
-        raise _fail(name, str(exc)) from None
+        raise _fail(given, str(exc)) from None
+    if not spec.runtime:  # a synonym of a start-up key: its current value is all it takes
+        if converted == getattr(s, _attr(name)):
+            return s  # CONFIG SET appendonly yes on a server that logs: already so
+        raise _fail(given, f"is kvd's {name}, which {start_up_only}")
     new = dataclasses.replace(s, **{_attr(name): converted})
     problem = _cross_check({sp.name: getattr(new, _attr(sp.name)) for sp in SPECS})
     if problem:

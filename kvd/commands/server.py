@@ -13,7 +13,7 @@ import os
 import time
 from typing import TYPE_CHECKING, Any
 
-from kvd.config import ConfigError, rewrite_toml, settings_items
+from kvd.config import ConfigError, redis_items, rewrite_toml, settings_items
 from kvd.protocol import errors
 from kvd.protocol.errors import CommandError
 from kvd.protocol.reply import Pairs, Status
@@ -42,10 +42,8 @@ if TYPE_CHECKING:
 G = "server"
 log = logging.getLogger("kvd.server")
 
+
 # Keys clients probe that have no kvd equivalent, answered with what is true of kvd.
-_COMPAT_CONFIG = {"save": "", "databases": "1"}
-
-
 @command(
     "info",
     -1,
@@ -186,10 +184,7 @@ def lastsave(c: Client, argv: list[Any]) -> None:
 
 def config_pairs(c: Client) -> list[tuple[str, str]]:
     settings = c.server.settings
-    pairs = settings_items(settings)
-    pairs.append(("appendonly", "yes" if settings.persistence else "no"))
-    pairs.extend(_COMPAT_CONFIG.items())
-    return pairs
+    return settings_items(settings) + redis_items(settings)
 
 
 @command(

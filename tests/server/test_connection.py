@@ -140,6 +140,30 @@ def test_config_get_set(server):
     assert r3.config_get("maxclients") == {"maxclients": "10000"}
 
 
+def test_config_set_of_what_redis_tools_send(server):
+    """A tool that turns RDB snapshots off, or asks for the append-only setting it already has, gets OK."""
+    r = server.client()
+    assert r.config_set("save", "") is True
+    assert r.config_get("save") == {"save": ""}
+    current = r.config_get("appendonly")["appendonly"]
+    assert r.config_set("appendonly", current) is True
+    assert r.config_get("appendonly") == {"appendonly": current}
+
+
+@pytest.mark.kvd_only  # kvd's words for what it does not do
+def test_redis_names_at_start_up_and_their_limits(server_factory):
+    srv = server_factory("--appendonly", "no", "--save", "")
+    r = srv.client()
+    assert r.config_get("persistence") == {"persistence": "no"}
+    assert r.config_get("appendonly") == {"appendonly": "no"}
+    with pytest.raises(redis.ResponseError, match="appendonly' - appendonly: is kvd's persistence, which cannot be"):
+        r.config_set("appendonly", "yes")
+    with pytest.raises(redis.ResponseError, match="save' - save: kvd takes no scheduled snapshots"):
+        r.config_set("save", "900 1")
+    r.set("k", "v")  # still serving, nothing changed
+    assert r.get("k") == b"v" and r.config_get("appendonly") == {"appendonly": "no"}
+
+
 @pytest.mark.kvd_only  # KVD.PREFIXLEN is kvd's own
 def test_prefixlen(server):
     r = server.client()

@@ -17,8 +17,10 @@ from kvd.config import (
     Settings,
     apply_runtime,
     format_size,
+    is_setting,
     load_settings,
     parse_size,
+    redis_items,
     render_toml,
     settings_items,
 )
@@ -513,3 +515,34 @@ def load_settings_from_text(text: str) -> Settings:
         path = Path(d) / "kvd.toml"
         path.write_text(text)
         return dataclasses.replace(load_settings(str(path)), config_file=None)
+
+
+# -- Redis's names for kvd's keys ----------------------------------------------------------------------------
+
+
+def test_redis_names_on_the_command_line_and_in_the_file(tmp_path: Path) -> None:
+    assert load_settings(None, ["--appendonly", "no", "--save", "", "--databases", "1"]).persistence is False
+    path = write(tmp_path, 'appendonly = false\nsave = ""\ndatabases = 1\n')
+    assert load_settings(path).persistence is False
+    assert error_of(None, "--appendonly", "maybe") == "--appendonly: expected yes or no, got 'maybe'"
+    assert error_of(None, "--save", "900 1") == (
+        "--save: kvd takes no scheduled snapshots (every write is in its log; BGSAVE writes an RDB file on "
+        "demand): only \"\" is accepted, got '900 1'"
+    )
+    assert error_of(path, "--databases", "16") == (
+        "--databases: kvd has one database (0): only 1 is accepted, got '16'"
+    )
+    bad = write(tmp_path, 'save = "3600 1"\n', name="bad.toml")
+    assert error_of(bad).startswith(f"{bad}: save: kvd takes no scheduled snapshots")
+
+
+def test_redis_names_at_run_time() -> None:
+    s = Settings()  # persistence on
+    assert apply_runtime(s, "appendonly", "yes") is s
+    assert apply_runtime(s, "save", "") is s and apply_runtime(s, "databases", "1") is s
+    assert all(is_setting(name) for name in ("appendonly", "SAVE", "databases"))
+    with pytest.raises(ConfigError, match=r"^appendonly: is kvd's persistence, which cannot be changed at run time"):
+        apply_runtime(s, "appendonly", "no")
+    with pytest.raises(ConfigError, match=r"^save: kvd takes no scheduled snapshots .* got '900 1'$"):
+        apply_runtime(s, "save", "900 1")
+    assert dict(redis_items(s)) == {"appendonly": "yes", "save": "", "databases": "1"}
