@@ -540,7 +540,7 @@ def load_settings(config_path: str | None, overrides: Sequence[str] = ()) -> Set
             try:
                 values[name] = _convert(spec, raw, from_text=False)
             except ValueError as exc:
-                raise _fail(config_path, f"{name}: {exc}") from None
+                raise _fail(config_path, f"{given}: {exc}") from None
     args = [str(a) for a in overrides]
     i = 0
     while i < len(args):
@@ -616,7 +616,8 @@ def settings_items(s: Settings) -> list[tuple[str, str]]:
 
 def redis_items(s: Settings) -> list[tuple[str, str]]:
     """CONFIG GET's Redis names (SYNONYMS, FIXED) with their values, after ``settings_items``."""
-    return [("appendonly", "yes" if s.persistence else "no"), *FIXED.items()]
+    synonyms = [(alias, _display(_BY_NAME[name], getattr(s, _attr(name)))) for alias, name in SYNONYMS.items()]
+    return synonyms + list(FIXED.items())
 
 
 def is_setting(key: str) -> bool:

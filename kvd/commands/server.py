@@ -43,7 +43,6 @@ G = "server"
 log = logging.getLogger("kvd.server")
 
 
-# Keys clients probe that have no kvd equivalent, answered with what is true of kvd.
 @command(
     "info",
     -1,

@@ -534,6 +534,8 @@ def test_redis_names_on_the_command_line_and_in_the_file(tmp_path: Path) -> None
     )
     bad = write(tmp_path, 'save = "3600 1"\n', name="bad.toml")
     assert error_of(bad).startswith(f"{bad}: save: kvd takes no scheduled snapshots")
+    typo = write(tmp_path, 'appendonly = "yes"\n', name="typo.toml")
+    assert error_of(typo) == f"{typo}: appendonly: expected true or false, got 'yes'"
 
 
 def test_redis_names_at_run_time() -> None:
