@@ -156,9 +156,9 @@ def test_redis_names_at_start_up_and_their_limits(server_factory):
     r = srv.client()
     assert r.config_get("persistence") == {"persistence": "no"}
     assert r.config_get("appendonly") == {"appendonly": "no"}
-    with pytest.raises(redis.ResponseError, match="appendonly' - appendonly: is kvd's persistence, which cannot be"):
+    with pytest.raises(redis.ResponseError, match=r"appendonly'\) - appendonly: is kvd's persistence, which cannot be"):
         r.config_set("appendonly", "yes")
-    with pytest.raises(redis.ResponseError, match="save' - save: kvd takes no scheduled snapshots"):
+    with pytest.raises(redis.ResponseError, match=r"save'\) - save: kvd takes no scheduled snapshots"):
         r.config_set("save", "900 1")
     r.set("k", "v")  # still serving, nothing changed
     assert r.get("k") == b"v" and r.config_get("appendonly") == {"appendonly": "no"}
