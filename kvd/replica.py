@@ -520,7 +520,10 @@ class ReplicaLink:
 
     async def _receive_file(self, wire: _Wire, path: Path, mark: bytes | None) -> None:
         self.sync_read = 0
-        async with aiofiles.open(path, "wb") as f:
+        # Created here, on the loop: an open() in aiofiles's thread would go on after a REPLICAOF NO ONE cancelled
+        # its await, and could create the file after the caller's unlink. This one only opens what exists.
+        path.open("wb").close()
+        async with aiofiles.open(path, "r+b") as f:
             if mark is None:
                 left = self.sync_total
                 while left:
