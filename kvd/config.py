@@ -468,6 +468,20 @@ def _fixed(name: str, raw: Any) -> None:
         raise ValueError(f"{_FIXED_WHY[name]}: only {shown} is accepted, got {raw!r}")
 
 
+def _assign(values: dict[str, Any], given: str, raw: Any, from_text: bool) -> bool:
+    """Set the key ``given`` names (kvd's, or one of Redis's names for it) in ``values``; False if there is no such
+    key, ValueError if it does not take ``raw``."""
+    name = SYNONYMS.get(given, given)
+    if name in FIXED:
+        _fixed(name, raw)
+        return True
+    spec = _BY_NAME.get(name)
+    if spec is None:
+        return False
+    values[name] = _convert(spec, raw, from_text=from_text)
+    return True
+
+
 def _unknown(name: str, flag: bool = False) -> str:
     close = difflib.get_close_matches(name.replace("_", "-").lower(), list(_BY_NAME), n=1, cutoff=0.6)
     dash = "--" if flag else ""
@@ -525,22 +539,14 @@ def load_settings(config_path: str | None, overrides: Sequence[str] = ()) -> Set
     """
     values: dict[str, Any] = {spec.name: spec.default for spec in SPECS}
     if config_path is not None:
-        for given, raw in _read_toml(config_path).items():
-            name = SYNONYMS.get(given, given)
-            if name in FIXED:
-                try:
-                    _fixed(name, raw)
-                except ValueError as exc:
-                    raise _fail(config_path, f"{name}: {exc}") from None
-                continue
-            spec = _BY_NAME.get(name)
-            if spec is None:
+        for name, raw in _read_toml(config_path).items():
+            try:
+                known = _assign(values, name, raw, from_text=False)
+            except ValueError as exc:
+                raise _fail(config_path, f"{name}: {exc}") from None
+            if not known:
                 table = " (all keys are top-level; tables are not used)" if isinstance(raw, dict) else ""
                 raise _fail(config_path, _unknown(name) + table)
-            try:
-                values[name] = _convert(spec, raw, from_text=False)
-            except ValueError as exc:
-                raise _fail(config_path, f"{given}: {exc}") from None
     args = [str(a) for a in overrides]
     i = 0
     while i < len(args):
@@ -558,21 +564,12 @@ def load_settings(config_path: str | None, overrides: Sequence[str] = ()) -> Set
                 words.append(args[i])
                 i += 1
             raw = " ".join(words)
-        flag_name = name
-        name = SYNONYMS.get(name, name)
-        if name in FIXED:
-            try:
-                _fixed(name, raw)
-            except ValueError as exc:
-                raise _fail(f"--{flag_name}", str(exc)) from None
-            continue
-        spec = _BY_NAME.get(name)
-        if spec is None:
-            raise _fail(f"--{name}", _unknown(name, flag=True))
         try:
-            values[name] = _convert(spec, raw, from_text=True)
+            known = _assign(values, name, raw, from_text=True)
         except ValueError as exc:
-            raise _fail(f"--{flag_name}", str(exc)) from None
+            raise _fail(f"--{name}", str(exc)) from None
+        if not known:
+            raise _fail(f"--{name}", _unknown(name, flag=True))
     problem = _cross_check(values)
     if problem:
         if config_path is None:

@@ -14,11 +14,9 @@ import redis
 from support.primary import FakePrimary, small_keys_rdb
 from support.server import ServerProcess
 from test_rdb_snapshot import fill
-from test_replication import (
-    every_kind_of_change,
-    same,
-    until,
-)  # same: WAIT counts the replica, then it equals the primary
+
+# same: WAIT counts the replica, then it equals the primary
+from test_replication import every_kind_of_change, same, until
 from test_replication import follow as follow_primary
 
 pytestmark = [pytest.mark.compat, pytest.mark.timeout(180)]
