@@ -353,6 +353,14 @@ class Settings:
         low=0,
         runtime=True,
     )
+    enable_debug_command: str = _key(
+        "choice",
+        "no",
+        "no | yes | local: who may run DEBUG (local = loopback and unix-socket clients), as redis.conf; "
+        "DEBUG SEGFAULT and PANIC stop the server",
+        "Diagnostics",
+        choices=("no", "yes", "local"),
+    )
     # Not a key: where the settings came from (None = defaults and command line only).
     config_file: str | None = None
 
@@ -380,10 +388,11 @@ RUNTIME_KEYS: frozenset[str] = frozenset(spec.name for spec in SPECS if spec.run
 # write is in the log, and BGSAVE writes one on demand; databases other than 0): CONFIG GET shows the value that
 # says so, and only that value is accepted.
 SYNONYMS: dict[str, str] = {"appendonly": "persistence"}
-FIXED: dict[str, str] = {"save": "", "databases": "1"}
+FIXED: dict[str, str] = {"save": "", "databases": "1", "enable-module-command": "no"}
 _FIXED_WHY = {
     "save": "kvd takes no scheduled snapshots (every write is in its log; BGSAVE writes an RDB file on demand)",
     "databases": "kvd has one database (0)",
+    "enable-module-command": "kvd loads no modules (MODULE LIST answers an empty list)",
 }
 
 

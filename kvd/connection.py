@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 from kvd import monitor
 from kvd.commands import COMMANDS
 from kvd.commands.registry import ADMIN, ALIASES, FAST, NO_MULTI, NOAUTH, READONLY, command_keys, subcommand_error
+from kvd.config import FIXED
 from kvd.protocol import errors, lowat
 from kvd.protocol.errors import CommandError, DropConnection, ProtocolError
 from kvd.protocol.lowat import ReceiveLowWater
@@ -348,6 +349,8 @@ class Client(asyncio.BufferedProtocol):
             refused = subcommand_error(cmd, argv)
             if refused is not None:
                 return self._refuse(cmd, refused, argv)
+        if cmd.protected and not self._may_run_protected(cmd, argv):  # as Redis: before NOAUTH and MULTI
+            return self._refuse(cmd, errors.not_allowed(cmd.name.upper(), cmd.protected), argv)
         if not self.authenticated and NOAUTH not in cmd.flags:
             return self._refuse(cmd, errors.NOAUTH, argv)
         if self._monitors and self.monitoring and (cmd.is_write or READONLY in cmd.flags):
@@ -405,6 +408,19 @@ class Client(asyncio.BufferedProtocol):
         if self._monitors and cmd.name != "exec":  # after it ran, as Redis's call(); EXEC feeds itself
             self.feed_monitors(cmd, argv)
         return result
+
+    def _may_run_protected(self, cmd: Any, argv: list[Any]) -> bool:
+        """Whether the setting that guards ``cmd`` (or, for a container such as MODULE, the subcommand in
+        ``argv``) lets this client run it: yes, no, or local (loopback and unix-socket clients), as Redis's
+        ``allowProtectedAction``."""
+        if cmd.subcommands:
+            cmd = cmd.subcommands.get(bytes(argv[1]).lower().decode("utf-8", "replace"))
+            if cmd is None or not cmd.protected:
+                return True
+        allowed = FIXED.get(cmd.protected) or getattr(self.server.settings, cmd.protected.replace("-", "_"))
+        if allowed == "local":
+            return self.transport is not None and _is_loopback(self.transport.get_extra_info("peername"))
+        return allowed == "yes"
 
     async def _finish_after(
         self, pending: Any, cmd: Any, argv: list[Any], started: int, errors_before: int, logged: bool

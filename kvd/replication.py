@@ -114,6 +114,12 @@ class ReplicationFeed:
         self._last_ping = time.monotonic()
         self._ack_waiters: list[asyncio.Future[None]] = []
 
+    def change_id(self) -> None:
+        """DEBUG CHANGE-REPL-ID: a new replid and no second history, as Redis's ``changeReplicationId`` and
+        ``clearReplicationId2``; a replica that reconnects with the old one then gets a full resync."""
+        self.replid = os.urandom(20).hex()
+        self.replid2, self.second_offset = "0" * 40, -1
+
     # -- what the keyspace reports (Keyspace.feed) --------------------------------------------------------------
 
     def set(self, key: bytes, value: Part, expire_at: int) -> None:

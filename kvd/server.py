@@ -75,6 +75,7 @@ class Server:
         # Clients' commands held: "write" or "all", the stricter of a CLIENT PAUSE (until _pause_end, loop time)
         # and a FAILOVER's hold on writes (kvd/failover.py), each ended by its own owner.
         self.paused: str | None = None
+        self.active_expire = True  # DEBUG SET-ACTIVE-EXPIRE 0 turns the sweep off; reads still drop expired keys
         self._client_pause: str | None = None
         self._failover_hold = False
         self._pause_end = 0.0
@@ -425,7 +426,7 @@ class Server:
             await asyncio.sleep(0.1)
             try:
                 started = time.monotonic()
-                if self.paused is None:  # as Redis: no key expires actively while clients are paused
+                if self.paused is None and self.active_expire:  # as Redis: none while clients are paused
                     self.keyspace.expire_cycle()
                 now = time.monotonic()
                 self.keyspace.ram.set_clock(int(now))

@@ -17,6 +17,7 @@ ENCODING needs the value's bytes only when it is 44 bytes or shorter, and then r
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from kvd.protocol.errors import CommandError
@@ -88,13 +89,34 @@ def object_encoding(c: Client, argv: list[Any]) -> Any:
     entry = _lookup(c, key)
     if entry is None:
         return None
+    return with_encoding(c, key, entry, lambda name: c.reply.null() if name is None else c.reply.bulk(name))
+
+
+def with_encoding(c: Client, key: bytes, entry: Entry, use: Callable[[bytes | None], None]) -> Any:
+    """Call ``use`` with the entry's encoding (None: the value went away while it was read). A cold value is
+    read only when it is short enough to be anything but ``raw``; returns what the connection must await, if
+    anything (``then``)."""
     if entry.value is not None:
-        c.reply.bulk(encoding(entry.value))
+        use(encoding(entry.value))
         return None
     if entry.value_len > SMALL_VALUE:
-        c.reply.bulk(b"raw")
+        use(b"raw")
         return None
-    return then(c.keyspace.load(key, entry), lambda v: c.reply.null() if v is None else c.reply.bulk(encoding(v)))
+    return then(c.keyspace.load(key, entry), lambda v: use(None if v is None else encoding(v)))
+
+
+def refcount(c: Client, entry: Entry) -> int:
+    """What Redis's refcount of the value would be: shared small integers, unless an LRU policy with a limit
+    keeps Redis from sharing them."""
+    settings = c.server.settings
+    value = entry.value
+    shared = (
+        (settings.maxmemory == 0 or settings.maxmemory_policy == "noeviction")
+        and value is not None
+        and encoding(value) == b"int"
+        and 0 <= int(value) < SHARED_INTEGERS
+    )
+    return SHARED_REFCOUNT if shared else 1
 
 
 @command(
@@ -110,17 +132,8 @@ def object_encoding(c: Client, argv: list[Any]) -> Any:
 )
 def object_refcount(c: Client, argv: list[Any]) -> None:
     entry = _lookup(c, bytes(argv[2]))
-    if entry is None:
-        return
-    settings = c.server.settings
-    value = entry.value
-    shared = (
-        (settings.maxmemory == 0 or settings.maxmemory_policy == "noeviction")
-        and value is not None
-        and encoding(value) == b"int"
-        and 0 <= int(value) < SHARED_INTEGERS
-    )
-    c.reply.integer(SHARED_REFCOUNT if shared else 1)
+    if entry is not None:
+        c.reply.integer(refcount(c, entry))
 
 
 @command(

@@ -55,6 +55,8 @@ class Command:
     # time, so INFO commandstats, SLOWLOG and LATENCY count only the step that started it, as Redis's call()
     # times a blocked command.
     waits: bool = False
+    # The setting that lets it run, for what Redis flags PROTECTED (DEBUG: enable-debug-command); "" for the rest.
+    protected: str = ""
 
     def arguments(self) -> list[dict[str, Any]]:
         return _parse_usage(self.usage)
@@ -77,6 +79,7 @@ def command(
     complexity: str = "O(1)",
     parent: str | None = None,
     waits: bool = False,
+    protected: str = "",
 ) -> Callable[[Handler], Handler]:
     """Register a handler. ``parent`` makes it a subcommand (e.g. CLIENT SETNAME) for COMMAND DOCS/INFO."""
 
@@ -96,6 +99,7 @@ def command(
             usage=usage,
             is_write=WRITE in flags.split(),
             waits=waits,
+            protected=protected,
         )
         if parent is None:
             COMMANDS[cmd.name.encode()] = cmd

@@ -73,6 +73,15 @@ def scrub(text: str) -> str:
     return text.replace("\r", " ").replace("\n", " ")
 
 
+def not_allowed(command: str, setting: str) -> str:
+    """Redis's refusal of a command that a start-up setting keeps off (DEBUG, MODULE LOAD: ``CMD_PROTECTED``)."""
+    return (
+        f'ERR {command} command not allowed. If the {setting} option is set to "local", you can run it from a '
+        "local connection, otherwise you need to set this option in the configuration file, and then restart the "
+        "server."
+    )
+
+
 def wrong_arity(name: str) -> str:
     return f"ERR wrong number of arguments for '{scrub(name)}' command"
 

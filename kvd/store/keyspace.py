@@ -145,6 +145,11 @@ class Keyspace:
             return None
         return entry
 
+    def peek(self, key: bytes) -> Entry | None:
+        """The entry as stored, past its deadline or not, counting and touching nothing (DEBUG OBJECT, as Redis's
+        ``dictFind``)."""
+        return self._entries.get(key)
+
     def lookup_read(self, key: bytes, now: int | None = None, keymiss: bool = True) -> Entry | None:
         """``lookup`` for a command that reads the key (EXISTS, TYPE, TTL, STRLEN, GETEX, BITCOUNT), as Redis's
         ``lookupKeyRead``: a hit or a miss for INFO, and a miss is a keymiss event (unless ``keymiss`` is False:

@@ -102,6 +102,7 @@ _REDIS_PASSTHROUGH = {
     "slowlog-max-len",
     "latency-monitor-threshold",
     "notify-keyspace-events",
+    "enable-debug-command",
 }
 _REDIS_LOGLEVEL = {"debug": "debug", "info": "notice", "warning": "warning", "notice": "notice"}
 

@@ -547,4 +547,21 @@ def test_redis_names_at_run_time() -> None:
         apply_runtime(s, "appendonly", "no")
     with pytest.raises(ConfigError, match=r"^save: kvd takes no scheduled snapshots .* got '900 1'$"):
         apply_runtime(s, "save", "900 1")
-    assert dict(redis_items(s)) == {"appendonly": "yes", "save": "", "databases": "1"}
+    assert dict(redis_items(s)) == {"appendonly": "yes", "save": "", "databases": "1", "enable-module-command": "no"}
+
+
+def test_the_guards_of_debug_and_module() -> None:
+    """enable-debug-command takes Redis's three values at start-up only; enable-module-command only its default,
+    since kvd loads no modules."""
+    assert Settings().enable_debug_command == "no"
+    assert load_settings(None, ["--enable-debug-command", "local"]).enable_debug_command == "local"
+    assert error_of(None, "--enable-debug-command", "always") == (
+        "--enable-debug-command: expected one of no, yes, local, got 'always'"
+    )
+    with pytest.raises(ConfigError, match=r"^enable-debug-command: cannot be changed at run time"):
+        apply_runtime(Settings(), "enable-debug-command", "yes")
+    assert load_settings(None, ["--enable-module-command", "no"]) == Settings()
+    assert error_of(None, "--enable-module-command", "yes") == (
+        "--enable-module-command: kvd loads no modules (MODULE LIST answers an empty list): only no is accepted, "
+        "got 'yes'"
+    )
