@@ -201,11 +201,11 @@ def start_kvd(
     return srv
 
 
-def start_redis(name: str, persistence: str, workdir: Path, *, cpus: str = "") -> Server:
+def start_redis(name: str, persistence: str, workdir: Path, *, cpus: str = "", extra: tuple[str, ...] = ()) -> Server:
     port = free_port()
     d = workdir / name
     d.mkdir(parents=True, exist_ok=True)
-    cmd = [ensure_redis(), "--port", str(port), "--bind", "127.0.0.1", "--protected-mode", "no", "--save", ""]
+    cmd = [ensure_redis(), "--port", str(port), "--bind", "127.0.0.1", "--protected-mode", "no", "--save", "", *extra]
     cmd += ["--dir", str(d), "--daemonize", "no", "--logfile", str(d / "redis.log")]
     if persistence == "off":
         cmd += ["--appendonly", "no"]

@@ -16,6 +16,11 @@ payload rate, the pause the snapshot cost the server (kvd: the one pass over the
 fork, ``latest_fork_usec``), the latency of small GETs another client sends every millisecond during the dump
 (p50, p99, max), and the wall time of ``kvd-load-rdb`` writing the file into a fresh server of the same kind.
 Ratios are kvd against redis-server from the same run; absolute times on a shared 2-core host are noise.
+
+Then it checks the copy the way an operator would: ``DEBUG DIGEST`` of the server that was dumped and of the one
+the file was loaded into must be equal, and equal across servers (kvd signs a dataset as Redis does). The time
+of that DIGEST and the GET latency during it are reported too: Redis computes it in one blocking pass, kvd from a
+snapshot while other clients are served.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ def start_kvd(name: str, workdir: Path, maxmemory: str) -> Server:
     d.mkdir(parents=True, exist_ok=True)
     cmd = [PY, "-m", "kvd", "--port", str(port), "--bind", "127.0.0.1", "--maxmemory", maxmemory]
     cmd += ["--persistence", "yes", "--appendfsync", "everysec", "--dir", str(d / "data")]
+    cmd += ["--enable-debug-command", "local"]
     log = d / "kvd.log"
     with open(log, "wb") as f:
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT)
@@ -55,7 +61,8 @@ def start_kvd(name: str, workdir: Path, maxmemory: str) -> Server:
 
 def start(kind: str, workdir: Path) -> Server:
     if kind == "redis":
-        return start_redis(f"redis-{time.monotonic_ns()}", "everysec", workdir)
+        debug = ("--enable-debug-command", "local")
+        return start_redis(f"redis-{time.monotonic_ns()}", "everysec", workdir, extra=debug)
     return start_kvd(f"{kind}-{time.monotonic_ns()}", workdir, "64mb" if kind == "kvd-cold" else "16gb")
 
 
@@ -102,23 +109,28 @@ class Prober(threading.Thread):
             time.sleep(0.001)
 
 
-def dump(srv: Server, path: Path) -> tuple[float, dict[str, float]]:
+def probed(srv: Server, args: list[str]) -> tuple[float, str, dict[str, float]]:
+    """Run ``redis-cli -p PORT *args`` while a Prober measures GETs: wall time, output, GET latencies (ms)."""
     prober = Prober(srv.port)
     prober.start()
     t = time.perf_counter()
-    r = subprocess.run(["redis-cli", "-p", str(srv.port), "--rdb", str(path)], capture_output=True, timeout=1800)
+    r = subprocess.run(["redis-cli", "-p", str(srv.port), *args], capture_output=True, timeout=1800)
     wall = time.perf_counter() - t
     prober.stop.set()
     prober.join()
-    if r.returncode != 0:
-        raise RuntimeError(f"redis-cli --rdb against {srv.name} failed: {r.stderr.decode()[-500:]}")
+    if r.returncode != 0 or r.stdout.startswith(b"ERR"):
+        raise RuntimeError(f"redis-cli {' '.join(args)} against {srv.name} failed: {r.stdout + r.stderr!r}"[-500:])
     lat = sorted(prober.latencies)
-    return wall, {
-        "p50": statistics.median(lat),
-        "p99": lat[min(len(lat) - 1, int(len(lat) * 0.99))],
-        "max": lat[-1],
-        "probes": len(lat),
-    }
+    return (
+        wall,
+        r.stdout.decode().strip(),
+        {
+            "p50": statistics.median(lat),
+            "p99": lat[min(len(lat) - 1, int(len(lat) * 0.99))],
+            "max": lat[-1],
+            "probes": len(lat),
+        },
+    )
 
 
 def pause_ms(srv: Server) -> float:
@@ -129,13 +141,19 @@ def pause_ms(srv: Server) -> float:
     return float(found[-1]) if found else float("nan")
 
 
-def load(kind: str, workdir: Path, path: Path) -> float:
+def digest(srv: Server) -> str:
+    out = subprocess.run(["redis-cli", "-p", str(srv.port), "debug", "digest"], capture_output=True, timeout=1800)
+    return out.stdout.decode().strip()
+
+
+def load(kind: str, workdir: Path, path: Path) -> tuple[float, str]:
+    """Load the file into a fresh server of ``kind``: the wall time, and that server's DEBUG DIGEST."""
     srv = start(kind, workdir)
     try:
         t = time.perf_counter()
         cmd = [PY, "-m", "kvd.tools.load_rdb", str(path), "--port", str(srv.port)]
         subprocess.run(cmd, check=True, capture_output=True, timeout=1800, cwd=ROOT)
-        return time.perf_counter() - t
+        return time.perf_counter() - t, digest(srv)
     finally:
         srv.stop()
 
@@ -147,6 +165,7 @@ def main() -> None:
     args = ap.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="kvd-bench-snapshot-"))
     rows = []
+    digests: dict[str, str] = {}
     try:
         for dataset, n in (("large", args.values), ("small", args.small)):
             kinds = ["redis", "kvd", "kvd-cold"] if dataset == "large" else ["redis", "kvd"]
@@ -155,32 +174,46 @@ def main() -> None:
                 try:
                     payload = fill(srv.port, dataset, n)
                     path = workdir / f"{kind}-{dataset}.rdb"
-                    wall, lat = dump(srv, path)
+                    wall, _, lat = probed(srv, ["--rdb", str(path)])
                     pause = pause_ms(srv)
+                    # The prober's key is in the file and in the digest alike.
+                    signed, source, signed_lat = probed(srv, ["debug", "digest"])
                 finally:
                     srv.stop()
-                loaded = load(kind, workdir, path)
+                loaded, copy = load(kind, workdir, path)
                 path.unlink()
-                rows.append((dataset, n, kind, payload, wall, pause, lat, loaded))
-                print(f"{dataset} {kind}: dump {wall:.2f} s, pause {pause:.0f} ms, load {loaded:.2f} s", flush=True)
+                if copy != source:
+                    raise RuntimeError(f"{dataset} {kind}: the loaded copy's digest {copy}, the source's {source}")
+                digests.setdefault(dataset, source)
+                if digests[dataset] != source:
+                    raise RuntimeError(f"{dataset} {kind}: digest {source}, redis-server's was {digests[dataset]}")
+                rows.append((dataset, n, kind, payload, wall, pause, lat, loaded, signed, signed_lat))
+                print(
+                    f"{dataset} {kind}: dump {wall:.2f} s, pause {pause:.0f} ms, load {loaded:.2f} s, "
+                    f"digest {signed:.2f} s ({source}, the copy's the same)",
+                    flush=True,
+                )
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     print()
     print(
         "| dataset | server | redis-cli --rdb s | GB/s | kvd / redis | pause ms | GET p50 / p99 / max ms during "
-        "the dump | kvd-load-rdb s | kvd / redis |"
+        "the dump | kvd-load-rdb s | kvd / redis | DEBUG DIGEST s | kvd / redis | GET max ms during it |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     base = {(r[0]): r for r in rows if r[2] == "redis"}
-    for dataset, n, kind, payload, wall, pause, lat, loaded in rows:
+    for dataset, n, kind, payload, wall, pause, lat, loaded, signed, signed_lat in rows:
         ref = base[dataset]
         what = f"{n} x 1 MiB" if dataset == "large" else f"{n} x 16 B"
         speed = "-" if kind == "redis" else f"{ref[4] / wall:.2f}x"
         load_ratio = "-" if kind == "redis" else f"{ref[7] / loaded:.2f}x"
+        sign_ratio = "-" if kind == "redis" else f"{ref[8] / signed:.2f}x"
         print(
             f"| {what} | {kind} | {wall:.2f} | {payload / wall / 1e9:.2f} | {speed} | {pause:.0f} | "
-            f"{lat['p50']:.2f} / {lat['p99']:.2f} / {lat['max']:.1f} | {loaded:.2f} | {load_ratio} |"
+            f"{lat['p50']:.2f} / {lat['p99']:.2f} / {lat['max']:.1f} | {loaded:.2f} | {load_ratio} | "
+            f"{signed:.2f} | {sign_ratio} | {signed_lat['max']:.1f} |"
         )
+    print(f"\nDEBUG DIGEST, equal on every server and on every loaded copy: {digests}")
 
 
 if __name__ == "__main__":
