@@ -356,13 +356,16 @@ def command_(c: Client, argv: list[Any]) -> Any:
     return run_subcommand(c, argv, "command")
 
 
-def _lookup(name: bytes) -> Command | None:
+def _lookup(name: bytes) -> tuple[Command, Command | None] | None:
+    """A command by name, or a subcommand by its full name (``client|list``), with its container."""
     raw = lower(name)
     if b"|" in raw:
         parent, _, sub = raw.partition(b"|")
         container = COMMANDS.get(parent)
-        return container.subcommands.get(sub.decode()) if container else None
-    return COMMANDS.get(raw)
+        cmd = container.subcommands.get(sub.decode("utf-8", "replace")) if container else None
+        return (cmd, container) if cmd is not None else None
+    cmd = COMMANDS.get(raw)
+    return (cmd, None) if cmd is not None else None
 
 
 def _full_name(cmd: Command, parent: Command | None) -> str:
@@ -417,21 +420,27 @@ def command_count(c: Client, argv: list[Any]) -> None:
     usage="[FILTERBY MODULE module-name | ACLCAT category | PATTERN pattern]",
 )
 def command_list(c: Client, argv: list[Any]) -> None:
-    names = sorted(cmd.name for cmd in COMMANDS.values())
+    """Every command and, as Redis 7 lists them, every subcommand by its full name (``client|list``); a filter
+    applies to each on its own (a pattern matches the full name, a category the subcommand's own)."""
+    listed = [
+        (_full_name(cmd, parent), cmd, parent)
+        for top in COMMANDS.values()
+        for cmd, parent in [(top, None), *((sub, top) for sub in top.subcommands.values())]
+    ]
     if len(argv) > 2:
         if len(argv) != 5 or lower(argv[2]) != b"filterby":
             raise CommandError(errors.SYNTAX)
         kind, value = lower(argv[3]), bytes(argv[4])
         if kind == b"pattern":
-            names = [n for n in names if glob_match(value, n.encode(), nocase=True)]
+            listed = [item for item in listed if glob_match(value, item[0].encode(), nocase=True)]
         elif kind == b"aclcat":
             category = value.decode("utf-8", "replace").lstrip("@").lower()
-            names = [n for n in names if category in acl_categories(COMMANDS[n.encode()])]
+            listed = [item for item in listed if category in acl_categories(item[1], item[2])]
         elif kind == b"module":
-            names = []
+            listed = []
         else:
             raise CommandError(errors.SYNTAX)
-    c.reply.bulk_array([n.encode() for n in names])
+    c.reply.bulk_array(sorted(name.encode() for name, _, _ in listed))
 
 
 @command(
@@ -450,11 +459,11 @@ def command_info(c: Client, argv: list[Any]) -> None:
         return
     c.reply.array(len(argv) - 2)
     for name in argv[2:]:
-        cmd = _lookup(bytes(name))
-        if cmd is None:
+        found = _lookup(bytes(name))
+        if found is None:
             c.reply.null_array()
         else:
-            _command_info(c, cmd)
+            _command_info(c, *found)
 
 
 @command(
@@ -473,13 +482,13 @@ def command_docs(c: Client, argv: list[Any]) -> None:
     else:
         cmds = []
         for name in argv[2:]:
-            cmd = _lookup(bytes(name))
-            if cmd is not None:
-                cmds.append((cmd, None))
+            found = _lookup(bytes(name))
+            if found is not None:
+                cmds.append(found)
     c.reply.map(len(cmds))
     for cmd, parent in cmds:
         c.reply.text(_full_name(cmd, parent))
-        c.reply.value(Pairs(_doc_pairs(cmd)))
+        c.reply.value(Pairs(_doc_pairs(cmd, parent)))
 
 
 def _doc_pairs(cmd: Command, parent: Command | None = None) -> list[tuple[str, object]]:
