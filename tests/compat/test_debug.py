@@ -58,7 +58,9 @@ def test_debug_is_refused_by_default_before_auth_and_before_multi_queues_it(serv
         assert c.command("DEBUG", "SLEEP", "0") == REFUSED  # not NOAUTH: the guard comes first
         assert c.command("AUTH", "pw") == b"+OK\r\n"
         assert c.command("DEBUG", "DIGEST") == REFUSED
-        assert c.command("CONFIG", "GET", "enable-debug-command") == b"*2\r\n$20\r\nenable-debug-command\r\n$2\r\nno\r\n"
+        assert (
+            c.command("CONFIG", "GET", "enable-debug-command") == b"*2\r\n$20\r\nenable-debug-command\r\n$2\r\nno\r\n"
+        )
         assert c.command("MULTI") == b"+OK\r\n"
         assert c.command("DEBUG", "SLEEP", "0") == REFUSED
         assert c.command("SET", "k", "v") == b"+QUEUED\r\n"
