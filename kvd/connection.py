@@ -418,9 +418,29 @@ class Client(asyncio.BufferedProtocol):
             if cmd is None or not cmd.protected:
                 return True
         allowed = FIXED.get(cmd.protected) or getattr(self.server.settings, cmd.protected.replace("-", "_"))
-        if allowed == "local":
-            return self.transport is not None and _is_loopback(self.transport.get_extra_info("peername"))
+        if allowed == "local":  # Redis's islocalClient: a unix socket, or exactly 127.0.0.1 or ::1
+            if self.transport is None:
+                return False
+            peer = self.transport.get_extra_info("peername")
+            return not isinstance(peer, tuple) or peer[0] in ("127.0.0.1", "::1")
         return allowed == "yes"
+
+    @property
+    def output_mark(self) -> int:
+        """Where the next reply will start in this client's output (for ``hold_for_log``)."""
+        return len(self._out)
+
+    def hold_for_log(self, start: int) -> None:
+        """Make the replies written since ``start`` a write's: held until the log has this batch's records, and
+        turned into MISCONF if it fails. ``_execute`` does this for commands flagged write; this is for one whose
+        flags do not say it writes (DEBUG POPULATE)."""
+        self._log_dirty = True
+        self._write_spans.append((start, len(self._out)))
+
+    @property
+    def closed(self) -> bool:
+        """The connection is gone: work done for it from now on reaches no one."""
+        return self._closed
 
     async def _finish_after(
         self, pending: Any, cmd: Any, argv: list[Any], started: int, errors_before: int, logged: bool
@@ -889,6 +909,8 @@ class Client(asyncio.BufferedProtocol):
                 return self._execute(argv)
             full = f"{cmd.name}|{bytes(argv[1]).lower().decode('utf-8', 'replace')}"
         if not self.authenticated and NOAUTH not in cmd.flags:
+            return self._execute(argv)
+        if cmd.protected and not self._may_run_protected(cmd, argv):  # Redis's order: the guard's refusal first
             return self._execute(argv)
         self.last_command = cmd.name
         return self._refuse(

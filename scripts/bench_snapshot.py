@@ -118,7 +118,7 @@ def probed(srv: Server, args: list[str]) -> tuple[float, str, dict[str, float]]:
     wall = time.perf_counter() - t
     prober.stop.set()
     prober.join()
-    if r.returncode != 0 or r.stdout.startswith(b"ERR"):
+    if r.returncode != 0 or re.match(rb"[A-Z]+ ", r.stdout):  # redis-cli prints an error reply as "CODE text"
         raise RuntimeError(f"redis-cli {' '.join(args)} against {srv.name} failed: {r.stdout + r.stderr!r}"[-500:])
     lat = sorted(prober.latencies)
     return (
@@ -143,7 +143,10 @@ def pause_ms(srv: Server) -> float:
 
 def digest(srv: Server) -> str:
     out = subprocess.run(["redis-cli", "-p", str(srv.port), "debug", "digest"], capture_output=True, timeout=1800)
-    return out.stdout.decode().strip()
+    text = out.stdout.decode().strip()
+    if not re.fullmatch(r"[0-9a-f]{40}", text):
+        raise RuntimeError(f"DEBUG DIGEST against {srv.name}: {text or out.stderr.decode()}"[-500:])
+    return text
 
 
 def load(kind: str, workdir: Path, path: Path) -> tuple[float, str]:

@@ -1,8 +1,9 @@
 """DEBUG: Redis's tools for testing clients and servers (``debug.c``), for what kvd has of them.
 
 Off by default, as in Redis 7: ``enable-debug-command`` is ``no`` (every DEBUG is refused with Redis's words),
-``local`` (loopback and unix-socket clients only) or ``yes``, set at start-up only. The check runs where Redis
-runs it, before NOAUTH and before MULTI queues the command (``Client._may_run_protected``).
+``local`` (clients from 127.0.0.1 or ::1, as Redis's ``islocalClient``) or ``yes``, set at start-up only. The
+check runs where Redis runs it: before NOAUTH, before MULTI queues the command and before the RESP2 pub/sub
+context's refusal (``Client._may_run_protected``).
 
 What each subcommand does here:
 
@@ -10,15 +11,18 @@ What each subcommand does here:
   redis-server's for the same keys), so a dataset copied between kvd and Redis, or to a replica, can be checked
   with one command on each side. DIGEST reads a snapshot (``kvd/store/snapshot.py``): the dataset of one
   instant, cold values read from their segments without entering the RAM tier, other clients served meanwhile
-  (Redis blocks for the whole walk). Keys past their deadline are left out, where Redis includes those it has
-  not reclaimed yet. Values of 1 MiB and more are hashed in a worker thread (hashlib releases the GIL).
+  (Redis blocks for the whole walk); values of 1 MiB and more are hashed in a worker thread (hashlib releases
+  the GIL) while the loop goes on. Inside EXEC, with every value in RAM, all of it runs at once, so the
+  transaction stays whole. Keys past their deadline are left out, where Redis includes those it has not
+  reclaimed yet; a client that disconnects stops its digest.
 * ``OBJECT key``: Redis's line. ``encoding``, ``refcount`` and ``lru_seconds_idle`` are OBJECT's
   (``kvd/commands/objects.py``); ``serializedlength`` is the length of the value in kvd's RDB files (a length
   and the bytes: kvd writes neither integer nor LZF forms); ``lru`` is the RAM tier's clock of the last access,
   in seconds, on 24 bits as Redis's.
 * ``POPULATE count [prefix] [size]``: keys ``prefix:N`` holding ``value:N`` (padded with zero bytes to ``size``);
   existing keys are left alone. Unlike Redis's, they are written as SETs are: to the log (the reply waits until
-  it has them) and to replicas, so a restart or a replica does not lose them.
+  it has them, and is -MISCONF if that fails) and to replicas, so a restart or a replica does not lose them;
+  under ``noeviction`` they are refused together when they would pass ``maxmemory``, as MSET's keys are.
 * ``SLEEP seconds``: stops the whole server, as Redis's, for stall and timeout tests.
 * ``PROTOCOL type``, ``ERROR message``, ``LOG message``: a sample reply of each RESP type, an error reply, a line
   in the server's log.
@@ -36,16 +40,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import os
 import re
 import signal
+import threading
 import time
 from collections.abc import Callable
 from hashlib import sha1
 from typing import TYPE_CHECKING, Any
 
-from kvd.persist import PersistError
 from kvd.persist.dump import encode_length
 from kvd.protocol import errors
 from kvd.protocol.errors import CommandError
@@ -123,21 +126,49 @@ async def _hash(value: Buffer) -> bytes:
     return _sha(value)
 
 
-async def dataset_digest(snap: Snapshot) -> bytes:
-    """Redis's ``computeDatasetDigest`` of one database (0): the XOR of every key's digest, after database 0's
-    number is mixed in; twenty zero bytes for no keys."""
-    final = _mix(_ZERO, _UINT32_ZERO) if len(snap) else _ZERO
-    done = 0
+Signer = Callable[[bytes, bytes, int], None]  # (key, the SHA-1 of its value, its deadline)
+Finish = Callable[[], None]  # writes the reply once every key is signed
+
+
+def _sign(c: Client, take_snapshot: Callable[[], Snapshot], sign: Signer, finish: Finish) -> Any:
+    """Hand ``sign`` every key of a snapshot with its value's SHA-1, then call ``finish``.
+
+    Inside EXEC, with every value in RAM, all of it happens now: a transaction runs whole, and a command that
+    returned an awaitable would let other clients in before the rest of its queue. Otherwise it is a coroutine
+    that takes the snapshot when it starts, reads cold values from their segments, hashes values of 1 MiB and
+    more in a worker thread (the loop meanwhile serves other clients, as it does every ``_YIELD_EVERY`` keys),
+    and stops early if the client goes away. The snapshot is closed (its segment pins dropped) either way."""
+    if c.executing_transaction:
+        snap = take_snapshot()
+        items = snap.in_memory()
+        if items is not None:
+            try:
+                for key, value, expire_at in items:
+                    sign(key, _sha(value), expire_at)
+            finally:
+                snap.close()
+            finish()
+            return None
+        snap.close()  # a value to read from disk: the rest of the queue waits for it, as after a cold GET in EXEC
+    return _sign_later(c, take_snapshot, sign, finish)
+
+
+async def _sign_later(
+    c: Client, take_snapshot: Callable[[], Snapshot], sign: Signer, finish: Callable[[], None]
+) -> None:
+    snap = take_snapshot()  # here, not before: a coroutine dropped unstarted (its client closing) pins nothing
     try:
+        done = 0
         async for key, value, expire_at in snap.items():
-            digest = value_digest(_mix(_ZERO, _sha(key)), await _hash(value), expire_at != 0)
-            final = _xor(final, _sha(digest))
+            sign(key, await _hash(value), expire_at)
             done += 1
             if done % _YIELD_EVERY == 0:
                 await asyncio.sleep(0)  # the snapshot holds the instant; other clients go on meanwhile
+                if c.closed:
+                    return
     finally:
         snap.close()
-    return final
+    finish()
 
 
 @command(
@@ -170,12 +201,20 @@ def _help(c: Client, argv: list[Any]) -> None:
 
 
 def _digest(c: Client, argv: list[Any]) -> Any:
-    snap = c.keyspace.snapshot()
+    """Redis's ``computeDatasetDigest`` of one database (0): the XOR of every key's digest, after the database's
+    number is mixed in; 40 zeros for no keys."""
+    total = [_ZERO, 0]  # the XOR so far, keys signed
 
-    async def reply() -> None:
-        c.reply.simple((await dataset_digest(snap)).hex())
+    def sign(key: bytes, value_hash: bytes, expire_at: int) -> None:
+        digest = value_digest(_mix(_ZERO, _sha(key)), value_hash, expire_at != 0)
+        total[0] = _xor(total[0], _sha(digest))
+        total[1] += 1
 
-    return reply()
+    def finish() -> None:
+        final = _xor(_mix(_ZERO, _UINT32_ZERO), total[0]) if total[1] else _ZERO
+        c.reply.simple(final.hex())
+
+    return _sign(c, c.keyspace.snapshot, sign, finish)
 
 
 def _digest_value(c: Client, argv: list[Any]) -> Any:
@@ -183,21 +222,21 @@ def _digest_value(c: Client, argv: list[Any]) -> Any:
     it sees keys past their deadline that are still stored."""
     ks = c.keyspace
     keys = [bytes(k) for k in argv[2:]]
-    entries = {key: entry for key in keys if (entry := ks.peek(key)) is not None}
-    snap = take(entries, ks.log, 0)  # now=0: keep keys past their deadline too
+    digests: dict[bytes, bytes] = {}
 
-    async def reply() -> None:
-        digests: dict[bytes, bytes] = {}
-        try:
-            async for key, value, expire_at in snap.items():
-                digests[key] = value_digest(_ZERO, await _hash(value), expire_at != 0)
-        finally:
-            snap.close()
+    def take_named() -> Snapshot:
+        entries = {key: entry for key in keys if (entry := ks.peek(key)) is not None}
+        return take(entries, ks.log, 0)  # now=0: keys past their deadline too
+
+    def sign(key: bytes, value_hash: bytes, expire_at: int) -> None:
+        digests[key] = value_digest(_ZERO, value_hash, expire_at != 0)
+
+    def finish() -> None:
         c.reply.array(len(keys))
         for key in keys:
             c.reply.simple(digests.get(key, _ZERO).hex())
 
-    return reply()
+    return _sign(c, take_named, sign, finish)
 
 
 def _object(c: Client, argv: list[Any]) -> Any:
@@ -230,7 +269,9 @@ def _positive(raw: bytes | bytearray) -> int:
     return n
 
 
-def _populate(c: Client, argv: list[Any]) -> Any:
+def _populate(c: Client, argv: list[Any]) -> None:
+    """Under ``noeviction`` the keys are refused together (-OOM, nothing written) when they would not all fit,
+    as MSET is; Redis's POPULATE ignores maxmemory. The reply is a write's: it waits for the log."""
     count = _positive(argv[2])
     prefix = c_word(argv[3]) if len(argv) > 3 else b"key"
     size = _positive(argv[4]) if len(argv) > 4 else 0
@@ -238,30 +279,22 @@ def _populate(c: Client, argv: list[Any]) -> Any:
     seg_log = ks.log
     if seg_log is not None and (refused := seg_log.misconf()):
         raise CommandError(refused)
+    pairs = []
     for j in range(count):
         key = b"%s:%d" % (prefix, j)
-        if ks.lookup(key) is not None:
-            continue
-        value = b"value:%d" % j
-        if size:
-            value = value[:size].ljust(size, b"\0")
-        try:
-            ks.set(key, value)
-        except OutOfMemory:
-            raise CommandError(errors.OOM) from None
-    written = seg_log.barrier() if seg_log is not None else None
-    if written is None:
-        c.reply.ok()
-        return None
-
-    async def reply() -> None:
-        try:
-            await written
-        except PersistError as exc:
-            raise CommandError(getattr(exc, "message", None) or str(exc)) from None
-        c.reply.ok()
-
-    return reply()
+        if ks.lookup(key) is None:
+            value = b"value:%d" % j
+            pairs.append((key, value[:size].ljust(size, b"\0") if size else value))
+    try:
+        ks.check_room(pairs)
+    except OutOfMemory:
+        raise CommandError(errors.OOM) from None
+    start = c.output_mark
+    for key, value in pairs:
+        ks.set(key, value, room_checked=True)
+    c.reply.ok()
+    if seg_log is not None:
+        c.hold_for_log(start)
 
 
 def _protocol(c: Client, argv: list[Any]) -> None:
@@ -319,8 +352,8 @@ def _sleep(c: Client, argv: list[Any]) -> None:
     """The whole server stops, as Redis's (``strtod``: what does not start with a number sleeps 0 s)."""
     match = _STRTOD.match(c_word(argv[2]))
     seconds = float(match.group(1)) if match else 0.0
-    if seconds > 0 and math.isfinite(seconds):
-        time.sleep(seconds)
+    if seconds > 0:
+        time.sleep(min(seconds, threading.TIMEOUT_MAX))  # inf and 1e30 too: as long as the platform can
     c.reply.ok()
 
 
@@ -331,7 +364,9 @@ def _set_active_expire(c: Client, argv: list[Any]) -> None:
 
 
 def _error(c: Client, argv: list[Any]) -> None:
-    c.reply.error(text(argv[2]))  # as written: no ERR added; CR and LF become spaces
+    # As written (no ERR added; CR and LF become spaces), and raw, as Redis's addReplySds: an error reply that
+    # counts in no errorstats and does not make DEBUG a failed call.
+    c.reply.raw(b"-%s\r\n" % errors.scrub(text(argv[2])).encode("utf-8", "surrogateescape"))
 
 
 def _log(c: Client, argv: list[Any]) -> None:
@@ -346,7 +381,8 @@ def _change_repl_id(c: Client, argv: list[Any]) -> None:
 
 
 def _crash(c: Client, argv: list[Any]) -> None:
-    """The process dies where it stands: no shutdown, no final log flush, as a crash would leave it."""
+    """The process dies where it stands, after one line in the log: no shutdown, no final fsync, as a crash
+    would leave it."""
     sub = option(argv[1])
     if sub == b"segfault":
         log.warning("DEBUG SEGFAULT: crashing with SIGSEGV, as asked by client %s", c.addr)

@@ -88,6 +88,23 @@ class Snapshot:
                 raise RuntimeError(f"snapshot of key {key[:100]!r}: its value changed size since it was taken")
             yield key, value, expire_at
 
+    def in_memory(self) -> list[tuple[bytes, Value, int]] | None:
+        """(key, value, deadline) of every key not read out yet, if none of the values needs a read from disk
+        (what a command inside EXEC, which must not yield, can use at once); else None."""
+        out = []
+        for item in self._items[self._next :]:
+            if item is None:
+                continue
+            key, expire_at, _, entry, loc, value = item
+            if loc is not None:
+                assert entry is not None
+                if entry.loc is not loc or entry.value is None:
+                    return None
+                value = entry.value
+            assert value is not None
+            out.append((key, value, expire_at))
+        return out
+
     def close(self) -> None:
         """Drop what the keys not read out yet hold, and the pins on the segments."""
         self._items.clear()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import signal
+import socket
 import threading
 import time
 
@@ -71,10 +72,27 @@ def test_debug_is_refused_by_default_before_auth_and_before_multi_queues_it(serv
         )
 
 
-def test_local_lets_a_loopback_client_run_it(server_factory):
-    srv = server_factory(enable_debug_command="local")
+def test_local_is_127_0_0_1_and_not_the_rest_of_loopback(server_factory):
+    """Redis's islocalClient: a client from 127.0.0.1 may, one from 127.0.0.2 (loopback too) may not. (A password,
+    so that Redis's protected mode, which has the same rule, lets the second one in.)"""
+    srv = server_factory(enable_debug_command="local", requirepass="pw")
     with srv.raw() as c:
+        assert c.command("AUTH", "pw") == b"+OK\r\n"
         assert c.command("DEBUG", "SLEEP", "0") == b"+OK\r\n"
+    with socket.create_connection((srv.host, srv.port), timeout=10, source_address=("127.0.0.2", 0)) as sock:
+        sock.sendall(b"*2\r\n$4\r\nAUTH\r\n$2\r\npw\r\n*3\r\n$5\r\nDEBUG\r\n$5\r\nSLEEP\r\n$1\r\n0\r\n")
+        got = b""
+        while got.count(b"\r\n") < 2:
+            got += sock.recv(4096)
+        assert got == b"+OK\r\n" + REFUSED
+
+
+def test_the_guard_comes_before_the_pubsub_context(server):
+    with server.raw() as c:
+        assert c.command("SUBSCRIBE", "ch").startswith(b"*3\r\n$9\r\nsubscribe\r\n")
+        assert c.command("DEBUG", "SLEEP", "0") == REFUSED
+        assert c.command("MODULE", "UNLOAD", "x") == MODULE_REFUSED
+        assert c.command("MODULE", "LIST").startswith(b"-ERR Can't execute 'module|list'")
 
 
 def test_digests_are_redis_s(server_factory):
@@ -90,6 +108,29 @@ def test_digests_are_redis_s(server_factory):
         assert c.command("DEBUG", "DIGEST") != DIGEST  # a changed value changes it
         assert c.command("SET", "c", "x" * 100) == b"+OK\r\n"
         assert c.command("DEBUG", "DIGEST") == DIGEST  # and only the data does: not when or in what order
+        assert c.command("FLUSHALL") == b"+OK\r\n"
+        assert c.command("SET", "big", bytes(range(256)) * 4096) == b"+OK\r\n"  # 1 MiB: hashed in a thread
+        assert c.command("DEBUG", "DIGEST") == b"+a6e12c7d1d9a5f5c4fac3df0137b6ecc244ed448\r\n"
+        assert parse(c.command("DEBUG", "DIGEST-VALUE", "big")) == ["ea6690585458f55105744f47bbb7c5b9b5f922ad"]
+
+
+def test_digest_inside_exec_keeps_the_transaction_whole(server_factory):
+    """Another client's write sent while EXEC signs 100 000 keys runs after the transaction, not inside it."""
+    srv = server_factory(enable_debug_command="yes")
+    with srv.raw() as a, srv.raw() as b:
+        assert a.command("DEBUG", "POPULATE", "100000") == b"+OK\r\n"
+        for request in (["MULTI"], ["SET", "x", "1"], ["DEBUG", "DIGEST"], ["GET", "x"]):
+            a.command(*request)
+        a.send_command("EXEC")
+        time.sleep(0.05)  # the digest takes far longer than this on both servers
+        b.send_command("SET", "x", "2")
+        replies = parse(a.read_reply(timeout=60))
+        assert replies[0] == "OK" and len(replies[1]) == 40 and replies[2] == b"1"
+        assert b.read_reply() == b"+OK\r\n"
+        assert a.command("MULTI") == b"+OK\r\n"
+        assert a.command("DEBUG", "POPULATE", "3", "tx") == b"+QUEUED\r\n"
+        assert a.command("EXEC") == b"*1\r\n+OK\r\n"
+        assert parse(a.command("GET", "tx:2")) == b"value:2"
 
 
 def test_digest_value_sees_a_key_past_its_deadline_until_it_is_reclaimed(server_factory):
@@ -170,6 +211,18 @@ def test_populate(server_factory):
 
 
 @pytest.mark.kvd_only
+def test_populate_under_noeviction_is_all_or_nothing(server_factory):
+    srv = server_factory(enable_debug_command="yes", maxmemory="2mb", maxmemory_policy="noeviction")
+    with srv.raw() as c:
+        assert (
+            c.command("DEBUG", "POPULATE", "100000") == b"-OOM command not allowed when used memory > 'maxmemory'.\r\n"
+        )
+        assert c.command("DBSIZE") == b":0\r\n"
+        assert c.command("DEBUG", "POPULATE", "100") == b"+OK\r\n"
+        assert c.command("DBSIZE") == b":100\r\n"
+
+
+@pytest.mark.kvd_only
 def test_populated_keys_are_in_the_log(server_factory):
     """Unlike Redis's (which neither logs nor replicates them), kvd's POPULATE writes SETs: a restart keeps them."""
     srv = server_factory(enable_debug_command="yes", persistence=True)
@@ -231,7 +284,10 @@ def test_protocol_samples_in_resp2_and_resp3(server_factory):
 def test_error_log_and_unknown_subcommands(server_factory):
     srv = server_factory(enable_debug_command="yes")
     with srv.raw() as c:
+        assert c.command("CONFIG", "RESETSTAT") == b"+OK\r\n"
         assert c.command("DEBUG", "ERROR", "MYCODE something\r\nelse") == b"-MYCODE something  else\r\n"
+        stats = parse(c.command("INFO", "errorstats")) + parse(c.command("INFO", "commandstats"))
+        assert b"MYCODE" not in stats and b"failed_calls=0" in stats  # a sample reply, not a failure
         assert c.command("DEBUG", "LOG", "a line from the test") == b"+OK\r\n"
         assert c.command("DEBUG", "NOSUCH") == (
             b"-ERR unknown subcommand or wrong number of arguments for 'NOSUCH'. Try DEBUG HELP.\r\n"
