@@ -6,6 +6,7 @@ closed for cause); per-request logging would cost more than the request.
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import sys
 
@@ -19,7 +20,11 @@ console = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
 def setup_logging(level: str, logfile: str = "") -> None:
     global console
     if logfile:
-        console = Console(file=open(logfile, "a", buffering=1), width=160, force_terminal=False)  # noqa: SIM115
+        log_file = open(logfile, "a", buffering=1)  # noqa: SIM115 - open for the life of the process
+        console = Console(file=log_file, width=160, force_terminal=False)
+        # A crash's report (kvd/cli.py enables it on stderr) goes where the log goes, as Redis writes its crash
+        # report into its log: a service's stderr is often nowhere anyone looks.
+        faulthandler.enable(file=log_file, all_threads=True)
     handler = RichHandler(
         console=console,
         show_path=False,

@@ -357,6 +357,23 @@ def test_a_crash_keeps_what_was_acknowledged(server_factory, how, code):
         assert parse(c.command("GET", "k99")) == b"v99"
 
 
+@pytest.mark.kvd_only
+def test_a_crash_report_goes_to_the_logfile(server_factory, tmp_path):
+    """With ``logfile`` set, the stack of every thread (faulthandler) lands in the log, after the line that
+    says why, as Redis writes its crash report into its log."""
+    logfile = tmp_path / "kvd.log"
+    srv = server_factory(enable_debug_command="yes", logfile=str(logfile))
+    with srv.raw() as c:
+        c.send_command("DEBUG", "SEGFAULT")
+        assert c.is_closed(timeout=10)
+    assert srv.proc.wait(10) == -signal.SIGSEGV
+    srv.killed = True
+    text = logfile.read_text()
+    assert "DEBUG SEGFAULT: crashing with SIGSEGV" in text
+    assert "Fatal Python error: Segmentation fault" in text
+    assert 'kvd/commands/debug.py", line' in text  # the stack names where it died
+
+
 def test_module_list_is_empty_and_loading_is_refused(server):
     with server.raw() as c:
         assert c.command("MODULE", "LIST") == b"*0\r\n"
