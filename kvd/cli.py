@@ -27,6 +27,7 @@ import kvd
 from kvd import logs
 from kvd.config import ConfigError, Settings, format_size, load_settings
 from kvd.logs import setup_logging
+from kvd.restart import RestartRequested, exec_again
 
 log = logging.getLogger("kvd")
 
@@ -73,6 +74,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run(settings)
     except KeyboardInterrupt:
         return 0
+    except RestartRequested as restart:  # DEBUG RESTART: stopped cleanly, now the same command line again
+        exec_again(restart.delay_ms)
 
 
 def check_startup(s: Settings) -> None:
@@ -157,6 +160,8 @@ async def _serve(settings: Settings) -> int:
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, server.request_shutdown, signal.Signals(sig).name)
     await server.serve_until_stopped()
+    if server.restart_delay_ms is not None:
+        raise RestartRequested(server.restart_delay_ms)
     return 0
 
 

@@ -76,6 +76,7 @@ class Server:
         # and a FAILOVER's hold on writes (kvd/failover.py), each ended by its own owner.
         self.paused: str | None = None
         self.active_expire = True  # DEBUG SET-ACTIVE-EXPIRE 0 turns the sweep off; reads still drop expired keys
+        self.restart_delay_ms: int | None = None  # DEBUG RESTART: execute again this long after the stop
         self._client_pause: str | None = None
         self._failover_hold = False
         self._pause_end = 0.0
@@ -374,6 +375,11 @@ class Server:
     async def serve_until_stopped(self) -> None:
         await self._stopping.wait()
         await self.stop()
+
+    def request_restart(self, delay_ms: int) -> None:
+        """DEBUG RESTART: a graceful stop, then ``kvd/restart.py`` executes the process again."""
+        self.restart_delay_ms = delay_ms
+        self.request_shutdown("DEBUG RESTART")
 
     def request_shutdown(self, reason: str) -> None:
         if not self._stopping.is_set():

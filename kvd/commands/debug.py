@@ -30,10 +30,13 @@ What each subcommand does here:
 * ``CHANGE-REPL-ID``: a new replication ID, so a replica's next PSYNC is a full resync.
 * ``SEGFAULT``, ``PANIC``, ``ASSERT``: the server dies (SIGSEGV, or SIGABRT after its last log line) without
   shutting down: the way to check, with redis-cli, that what was acknowledged survives a crash.
+* ``RESTART [ms]``, ``CRASH-AND-RECOVER [ms]``: the process executes itself again with the same command line,
+  after a graceful stop (and CONFIG REWRITE of its settings file) or at once (``kvd/restart.py``): a restart,
+  or a crash and a restart, without a supervisor; the new process recovers from the log.
 
 Not here, because they concern what kvd does not have (RDB reloads as its persistence, AOF, jemalloc,
-listpacks, quicklists, Lua, cluster links) or re-execute the process (RESTART, CRASH-AND-RECOVER): they answer
-Redis's unknown-subcommand error, and HELP lists only what is here.
+listpacks, quicklists, Lua, cluster links): they answer Redis's unknown-subcommand error, and HELP lists only
+what is here.
 """
 
 from __future__ import annotations
@@ -52,12 +55,14 @@ from typing import TYPE_CHECKING, Any
 from kvd.persist.dump import encode_length
 from kvd.protocol import errors
 from kvd.protocol.errors import CommandError
+from kvd.restart import cannot_restart, exec_again
 from kvd.store.keyspace import OutOfMemory
 from kvd.store.snapshot import Snapshot, take
 
 from .args import c_word, option, parse_int, text
 from .objects import refcount, with_encoding
 from .registry import ADMIN, LOADING, STALE, command
+from .server import rewrite_config
 
 if TYPE_CHECKING:
     from kvd.connection import Client
@@ -69,6 +74,7 @@ HELP = (
     ("ASSERT", "Crash by assertion failed."),
     ("CHANGE-REPL-ID", "Change the replication IDs of the instance.",
      "Dangerous: should be used only for testing the replication subsystem."),
+    ("CRASH-AND-RECOVER [<milliseconds>]", "Hard crash and restart after a <milliseconds> delay (default 0)."),
     ("DIGEST", "Output a hex signature representing the current DB content."),
     ("DIGEST-VALUE <key> [<key> ...]", "Output a hex signature of the values of all the specified keys."),
     ("ERROR <string>", "Return a Redis protocol error with <string> as message. Useful for clients",
@@ -81,6 +87,8 @@ HELP = (
      "it is used instead of the 'key' prefix. In kvd they are written to the log and to replicas, as SETs."),
     ("PROTOCOL <type>", "Reply with a test value of the specified type. <type> can be: string,",
      "integer, double, bignum, null, array, set, map, attrib, push, verbatim,", "true, false."),
+    ("RESTART [<milliseconds>]",
+     "Graceful restart: save config, db, restart after a <milliseconds> delay (default 0)."),
     ("SEGFAULT", "Crash the server with sigsegv."),
     ("SET-ACTIVE-EXPIRE <0|1>", "Setting it to 0 disables expiring keys in background when they are not",
      "accessed (otherwise the Redis behavior). Setting it to 1 reenables back the", "default."),
@@ -380,6 +388,29 @@ def _change_repl_id(c: Client, argv: list[Any]) -> None:
     c.reply.ok()
 
 
+def _restart(c: Client, argv: list[Any]) -> None:
+    """RESTART [ms]: stop gracefully (after CONFIG REWRITE of the settings file, if there is one), then execute
+    the same command line again; CRASH-AND-RECOVER [ms]: execute it again now, as a crash and a restart would
+    (``kvd/restart.py``). The client gets no reply: its connection closes with the process, as in Redis."""
+    delay = max(parse_int(argv[2]), 0) if len(argv) > 2 else 0
+    graceful = option(argv[1]) == b"restart"
+    why = cannot_restart()
+    if why is None and graceful and c.server.settings.config_file:
+        try:
+            rewrite_config(c.server.settings)
+        except CommandError as exc:
+            why = f"configuration rewrite failed: {exc.message}"
+    if why is not None:
+        log.warning("Can't restart: %s", why)
+        raise CommandError("ERR failed to restart the server. Check server logs.")
+    if graceful:
+        c.server.request_restart(delay)
+        c.close_after_reply = True
+        return
+    log.warning("DEBUG CRASH-AND-RECOVER: executing again without a shutdown, as asked by client %s", c.addr)
+    exec_again(delay)
+
+
 def _crash(c: Client, argv: list[Any]) -> None:
     """The process dies where it stands, after one line in the log: no shutdown, no final fsync, as a crash
     would leave it."""
@@ -408,6 +439,8 @@ _SUBCOMMANDS: dict[bytes, tuple[Callable[[Client, list[Any]], Any], int, int]] =
     b"error": (_error, 3, 3),
     b"log": (_log, 3, 3),
     b"change-repl-id": (_change_repl_id, 2, 2),
+    b"restart": (_restart, 2, _ANY),
+    b"crash-and-recover": (_restart, 2, _ANY),
     b"segfault": (_crash, 2, _ANY),
     b"panic": (_crash, 2, _ANY),
     b"assert": (_crash, 2, _ANY),

@@ -13,7 +13,7 @@ import os
 import time
 from typing import TYPE_CHECKING, Any
 
-from kvd.config import ConfigError, redis_items, rewrite_toml, settings_items
+from kvd.config import ConfigError, Settings, redis_items, rewrite_toml, settings_items
 from kvd.protocol import errors
 from kvd.protocol.errors import CommandError
 from kvd.protocol.reply import Pairs, Status
@@ -265,23 +265,28 @@ def config_rewrite(c: Client, argv: list[Any]) -> None:
     """Write the running settings into the TOML file kvd was started with (``kvd.config.rewrite_toml``): a
     new file beside it, fsynced, renamed over it, directory fsynced, so a crash leaves the old file or the new
     one, never a torn one."""
-    path = c.server.settings.config_file
-    if not path:
+    if not c.server.settings.config_file:
         raise CommandError("ERR The server is running without a config file")
+    rewrite_config(c.server.settings)
+    log.info("CONFIG REWRITE executed with success")
+    c.reply.ok()
+
+
+def rewrite_config(settings: Settings) -> None:
+    """CONFIG REWRITE's work on ``settings.config_file`` (DEBUG RESTART does it too); CommandError if it fails."""
+    path = settings.config_file
+    assert path
     try:
         try:
             with open(path, encoding="utf-8") as f:
                 current = f.read()
         except FileNotFoundError:
             current = ""  # removed since start-up: written anew, as Redis does
-        new = rewrite_toml(current, c.server.settings)
-        _replace_file(path, new)
+        _replace_file(path, rewrite_toml(current, settings))
     except OSError as exc:
         raise CommandError(f"ERR Rewriting config file: {exc.strerror or exc}") from exc
     except ValueError as exc:
         raise CommandError(f"ERR Rewriting config file: {exc}") from exc
-    log.info("CONFIG REWRITE executed with success")
-    c.reply.ok()
 
 
 def _replace_file(path: str, text: str) -> None:

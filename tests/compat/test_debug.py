@@ -357,6 +357,50 @@ def test_a_crash_keeps_what_was_acknowledged(server_factory, how, code):
         assert parse(c.command("GET", "k99")) == b"v99"
 
 
+def answers(srv) -> bool:
+    try:
+        with srv.raw(timeout=2) as c:
+            return c.command("PING") == b"+PONG\r\n"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("how", ["RESTART", "CRASH-AND-RECOVER"])
+def test_restart_executes_the_same_server_again(server_factory, how):
+    """The same process (same PID) runs the same command line again and serves what it held; the client that
+    asked gets no reply, its connection closes."""
+    srv = server_factory(enable_debug_command="yes", persistence=True)
+    pid = srv.pid
+    with srv.raw() as c:
+        for i in range(50):
+            c.send_command("SET", f"k{i}", f"v{i}")
+        assert c.read_replies(50) == [b"+OK\r\n"] * 50
+        c.send_command("DEBUG", how, "300")
+        assert c.is_closed(timeout=30)
+    until(lambda: answers(srv), "the server to answer again", timeout=60)
+    assert srv.running and srv.pid == pid
+    with srv.raw() as c:
+        assert c.command("DBSIZE") == b":50\r\n"
+        assert parse(c.command("GET", "k49")) == b"v49"
+        assert c.command("DEBUG", "RESTART", "x") == b"-ERR value is not an integer or out of range\r\n"
+
+
+@pytest.mark.kvd_only
+def test_restart_rewrites_the_settings_file_first(server_factory, tmp_path):
+    """As Redis's: what CONFIG SET changed is written into the file before the process reads it again."""
+    config = tmp_path / "kvd.toml"
+    config.write_text('maxmemory = "64mb"\n')
+    srv = server_factory(config=config, enable_debug_command="yes")
+    with srv.raw() as c:
+        assert c.command("CONFIG", "SET", "maxmemory", "100mb") == b"+OK\r\n"
+        c.send_command("DEBUG", "RESTART")
+        assert c.is_closed(timeout=30)
+    until(lambda: answers(srv), "the server to answer again", timeout=60)
+    assert 'maxmemory = "100mb"' in config.read_text()
+    with srv.raw() as c:
+        assert parse(c.command("CONFIG", "GET", "maxmemory")) == [b"maxmemory", b"104857600"]
+
+
 @pytest.mark.kvd_only
 def test_a_crash_report_goes_to_the_logfile(server_factory, tmp_path):
     """With ``logfile`` set, the stack of every thread (faulthandler) lands in the log, after the line that

@@ -1,0 +1,55 @@
+"""Restarting the process in place, as Redis's ``restartServer``: DEBUG RESTART and DEBUG CRASH-AND-RECOVER.
+
+The new process is this one: ``execv`` of the same interpreter with the same command line (``sys.orig_argv``)
+in the same working directory, so the same PID, the same settings file and command-line flags, the same port.
+Every descriptor above stderr is closed first (listening sockets, client connections, segment files, the lock
+on ``dir``), as Redis closes them, so that nothing of the old image is held when the new one starts; a
+``delay`` is slept after that, with the port free. The new process recovers from the log like any start.
+
+RESTART stops gracefully first (``Server.request_restart``: the shutdown path, so the log is drained and
+fsynced, replicas get the last changes), after CONFIG REWRITE of the settings file if kvd was started with one;
+CRASH-AND-RECOVER does not: what it loses is what a crash loses (docs/operations.md). If ``execv`` fails the
+process exits with status 1, as Redis's does: there is no image left to go back to.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from typing import NoReturn
+
+log = logging.getLogger("kvd.server")
+
+
+class RestartRequested(Exception):
+    """Raised out of the event loop once a graceful stop for DEBUG RESTART is complete."""
+
+    def __init__(self, delay_ms: int) -> None:
+        super().__init__(f"restart after {delay_ms} ms")
+        self.delay_ms = delay_ms
+
+
+def cannot_restart() -> str | None:
+    """Why this process could not execute itself again, or None."""
+    if not os.access(sys.executable, os.X_OK):
+        return f"this process has no permission to execute {sys.executable}"
+    if not sys.orig_argv:
+        return "the original command line is unknown"
+    return None
+
+
+def exec_again(delay_ms: int) -> NoReturn:
+    log.warning("restarting: %s", " ".join(sys.orig_argv))
+    for handler in logging.getLogger("kvd").handlers:
+        handler.flush()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+    if delay_ms > 0:
+        time.sleep(delay_ms / 1000)
+    try:
+        os.execv(sys.executable, sys.orig_argv)
+    finally:
+        os._exit(1)
