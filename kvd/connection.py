@@ -411,8 +411,8 @@ class Client(asyncio.BufferedProtocol):
 
     def _may_run_protected(self, cmd: Any, argv: list[Any]) -> bool:
         """Whether the setting that guards ``cmd`` (or, for a container such as MODULE, the subcommand in
-        ``argv``) lets this client run it: yes, no, or local (loopback and unix-socket clients), as Redis's
-        ``allowProtectedAction``."""
+        ``argv``) lets this client run it: yes, no, or local (a client from 127.0.0.1 or ::1, or a unix socket),
+        as Redis's ``allowProtectedAction``."""
         if cmd.subcommands:
             cmd = cmd.subcommands.get(bytes(argv[1]).lower().decode("utf-8", "replace"))
             if cmd is None or not cmd.protected:
