@@ -24,6 +24,7 @@ from kvd.protocol import parser, receive
 if TYPE_CHECKING:
     from kvd.server import Server
 
+# In Redis 7's order, which INFO keeps whatever order the sections are asked in; kvd's own two come last.
 SECTIONS = (
     "server",
     "clients",
@@ -33,6 +34,7 @@ SECTIONS = (
     "replication",
     "cpu",
     "modules",
+    "commandstats",
     "errorstats",
     "latencystats",
     "cluster",
@@ -42,6 +44,7 @@ SECTIONS = (
 )
 LATENCY_PERCENTILES = (50, 99, 99.9)  # Redis's latency-tracking-info-percentiles default
 DEFAULT_SECTIONS = tuple(s for s in SECTIONS if s not in ("commandstats", "latencystats"))
+_TITLES = {"cpu": "CPU"}  # a section's header is its name capitalised, but for these (Redis's "# CPU")
 
 
 class ServerStats:
@@ -185,18 +188,23 @@ def _human(n: float) -> str:
 
 
 def render_info(server: Server, sections: list[str]) -> str:
-    wanted = list(DEFAULT_SECTIONS) if not sections or sections[0] in ("default", "all", "everything") else sections
-    if sections and sections[0] in ("all", "everything"):
-        wanted += ["commandstats", "latencystats"]
+    """INFO's text for the (lowercased) section names asked, as Redis 7 selects them: none is ``default``;
+    ``all`` and ``everything`` are every section; ``default`` can be combined with more; unknown names are
+    skipped; the sections come in ``SECTIONS`` order, however they were asked."""
+    wanted: set[str] = set()
+    for name in sections or ["default"]:
+        if name in ("all", "everything"):
+            wanted.update(SECTIONS)
+        elif name == "default":
+            wanted.update(DEFAULT_SECTIONS)
+        else:
+            wanted.add(name)
     parts = []
-    for name in wanted:
-        builder = _BUILDERS.get(name)
-        if builder is None:
-            continue
-        lines = builder(server)
-        parts.append(
-            f"# {name.capitalize() if name not in ('kvd',) else 'Kvd'}\r\n" + "".join(f"{k}:{v}\r\n" for k, v in lines)
-        )
+    for name in SECTIONS:
+        if name in wanted:
+            lines = _BUILDERS[name](server)
+            title = _TITLES.get(name, name.capitalize())
+            parts.append(f"# {title}\r\n" + "".join(f"{k}:{v}\r\n" for k, v in lines))
     return "\r\n".join(parts)
 
 

@@ -248,3 +248,31 @@ def test_a_slow_log_write_is_a_latency_event(server_factory):
         assert b"aof-write" in events
         assert events[b"aof-write"][2] >= 1
         assert b"aof-write" in parse(c.command("LATENCY", "DOCTOR"))
+
+
+REDIS_DEFAULT = ["Server", "Clients", "Memory", "Persistence", "Stats", "Replication", "CPU", "Modules", "Errorstats",
+                 "Cluster", "Keyspace"]  # fmt: skip
+REDIS_EVERYTHING = [*REDIS_DEFAULT[:8], "Commandstats", "Errorstats", "Latencystats", "Cluster", "Keyspace"]
+
+
+def test_info_sections_come_in_redis_s_order_and_titles(server):
+    """Redis 7 prints its sections in one fixed order whatever order they are asked in, titles them as it does
+    ("# CPU"), combines ``default`` with more, and skips names it does not know. kvd's own sections (Kvd,
+    Connector) are left out of the comparison."""
+    with server.raw() as c:
+
+        def headers(*sections: str) -> list[str]:
+            text = parse(c.command("INFO", *sections)).decode()
+            return [line[2:] for line in text.splitlines() if line.startswith("# ")]
+
+        def redis_s(titles: list[str]) -> list[str]:
+            return [t for t in titles if t in REDIS_EVERYTHING]
+
+        assert redis_s(headers()) == REDIS_DEFAULT
+        assert redis_s(headers("default")) == REDIS_DEFAULT
+        assert redis_s(headers("everything")) == REDIS_EVERYTHING
+        assert redis_s(headers("all")) == REDIS_EVERYTHING
+        assert headers("keyspace", "server") == ["Server", "Keyspace"]
+        assert headers("CPU") == ["CPU"]
+        assert redis_s(headers("commandstats", "default")) == [*REDIS_DEFAULT[:8], "Commandstats", *REDIS_DEFAULT[8:]]
+        assert headers("nosuchsection") == []
