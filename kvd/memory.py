@@ -79,6 +79,14 @@ def rss_bytes() -> int:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+def total_system_memory() -> int:
+    """The machine's RAM (``MemTotal``; INFO's total_system_memory), 0 if unknown."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (OSError, ValueError):
+        return 0
+
+
 def _libc() -> Any:
     name = ctypes.util.find_library("c")
     try:

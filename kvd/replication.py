@@ -114,6 +114,11 @@ class ReplicationFeed:
         self._last_ping = time.monotonic()
         self._ack_waiters: list[asyncio.Future[None]] = []
 
+    @property
+    def backlog_bytes(self) -> int:
+        """What the backlog holds now (INFO's mem_replication_backlog)."""
+        return self._backlog_bytes
+
     def change_id(self) -> None:
         """DEBUG CHANGE-REPL-ID: a new replid and no second history, as Redis's ``changeReplicationId`` and
         ``clearReplicationId2``; a replica that reconnects with the old one then gets a full resync."""

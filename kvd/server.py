@@ -46,6 +46,8 @@ SHUTDOWN_GRACE_SECONDS = 10.0
 
 
 class Server:
+    TICK_SECONDS = 0.1  # the background tick: active expiry, the LRU clock, replication pings (INFO's hz is 10)
+
     def __init__(
         self,
         settings: Settings,
@@ -429,13 +431,14 @@ class Server:
     async def _background(self) -> None:
         last_idle_check = 0.0
         while True:
-            await asyncio.sleep(0.1)
+            await asyncio.sleep(self.TICK_SECONDS)
             try:
                 started = time.monotonic()
                 if self.paused is None and self.active_expire:  # as Redis: none while clients are paused
                     self.keyspace.expire_cycle()
                 now = time.monotonic()
                 self.keyspace.ram.set_clock(int(now))
+                self.stats.used_memory_peak = max(self.stats.used_memory_peak, self.keyspace.ram.used)
                 self.latency.add("expire-cycle", now - started)
                 if self.keyspace.feed is not None:
                     self.replication.tick(now)

@@ -20,6 +20,7 @@ import kvd
 from kvd import buffers, memory
 from kvd.persist import writer
 from kvd.protocol import parser, receive
+from kvd.store.lru import LRU_CLOCK_MAX
 
 if TYPE_CHECKING:
     from kvd.server import Server
@@ -74,6 +75,7 @@ class ServerStats:
         self.error_replies = 0  # every error reply, as Redis's total_error_replies
         self.errors: dict[str, int] = {}  # error replies by their first word: "ERR", "WRONGTYPE", "NOAUTH"
         self.ops_per_sec = OpsRate()
+        self.used_memory_peak = 0  # the RAM tier's largest accounting seen: sampled on the 100 ms tick and by INFO
         self.connector: dict[str, int] = getattr(self, "connector", {})
 
     def commands_processed(self) -> int:
@@ -231,6 +233,11 @@ def _server(s: Server) -> list[tuple[str, object]]:
         ("uptime_in_days", uptime // 86400),
         ("executable", sys.argv[0]),
         ("config_file", s.settings.config_file or ""),
+        ("hz", round(1 / s.TICK_SECONDS)),
+        ("configured_hz", round(1 / s.TICK_SECONDS)),
+        ("lru_clock", s.keyspace.ram.clock & LRU_CLOCK_MAX),
+        ("io_threads_active", 0),
+        ("process_supervised", "no"),
     ]
 
 
@@ -245,18 +252,49 @@ def _clients(s: Server) -> list[tuple[str, object]]:
 
 
 def _memory(s: Server) -> list[tuple[str, object]]:
+    """Redis's fields, in its order, for what kvd has: ``used_memory`` is the RAM tier's accounting (keys, values
+    and a fixed charge per entry: what ``maxmemory`` limits), so kvd has no start-up baseline in it (0) and its
+    overhead is the keys' and entries' share. What kvd does not have (Lua, functions, cluster links, lazy free)
+    is 0, as Redis shows it with none. No ``mem_fragmentation_ratio``: Redis divides RSS by everything it
+    allocated, kvd's accounting leaves the interpreter out, and an idle kvd would show a ratio in the thousands
+    that alert rules read as fragmentation."""
     ram = s.keyspace.ram
     rss = memory.rss_bytes()
+    used = ram.used
+    peak = s.stats.used_memory_peak = max(s.stats.used_memory_peak, used)
+    system = memory.total_system_memory()
+    seg_log = s.keyspace.log
+    clients = sum(c.output_bytes() for c in s.clients.values())
     return [
-        ("used_memory", ram.used),
-        ("used_memory_human", _human(ram.used)),
+        ("used_memory", used),
+        ("used_memory_human", _human(used)),
         ("used_memory_rss", rss),
         ("used_memory_rss_human", _human(rss)),
+        ("used_memory_peak", peak),
+        ("used_memory_peak_human", _human(peak)),
+        ("used_memory_peak_perc", f"{100 * used / peak if peak else 100:.2f}%"),
+        ("used_memory_overhead", used - ram.resident_bytes),
+        ("used_memory_startup", 0),
         ("used_memory_dataset", ram.resident_bytes),
+        ("used_memory_dataset_perc", f"{100 * ram.resident_bytes / used if used else 0:.2f}%"),
+        ("total_system_memory", system),
+        ("total_system_memory_human", _human(system)),
+        ("used_memory_lua", 0),
+        ("used_memory_scripts", 0),
+        ("number_of_cached_scripts", 0),
+        ("number_of_functions", 0),
+        ("number_of_libraries", 0),
         ("maxmemory", ram.budget),
         ("maxmemory_human", _human(ram.budget)),
         ("maxmemory_policy", s.keyspace.policy),
+        ("mem_not_counted_for_evict", 0),
+        ("mem_replication_backlog", s.replication.backlog_bytes),
+        ("mem_clients_normal", clients),
+        ("mem_aof_buffer", seg_log.pending_bytes if seg_log is not None else 0),
         ("mem_allocator", "libc"),
+        ("active_defrag_running", 0),
+        ("lazyfree_pending_objects", 0),
+        ("lazyfreed_objects", 0),
     ]
 
 
@@ -346,7 +384,16 @@ def _replication(s: Server) -> list[tuple[str, object]]:
 
 def _cpu(s: Server) -> list[tuple[str, object]]:
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    return [("used_cpu_sys", f"{usage.ru_stime:.6f}"), ("used_cpu_user", f"{usage.ru_utime:.6f}")]
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)  # kvd forks none: 0 unless something else did
+    main = resource.getrusage(resource.RUSAGE_THREAD)  # INFO runs on the event loop's thread
+    return [
+        ("used_cpu_sys", f"{usage.ru_stime:.6f}"),
+        ("used_cpu_user", f"{usage.ru_utime:.6f}"),
+        ("used_cpu_sys_children", f"{children.ru_stime:.6f}"),
+        ("used_cpu_user_children", f"{children.ru_utime:.6f}"),
+        ("used_cpu_sys_main_thread", f"{main.ru_stime:.6f}"),
+        ("used_cpu_user_main_thread", f"{main.ru_utime:.6f}"),
+    ]
 
 
 def _cluster(s: Server) -> list[tuple[str, object]]:

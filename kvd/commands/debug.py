@@ -57,6 +57,7 @@ from kvd.protocol import errors
 from kvd.protocol.errors import CommandError
 from kvd.restart import cannot_restart, exec_again
 from kvd.store.keyspace import OutOfMemory
+from kvd.store.lru import LRU_CLOCK_MAX
 from kvd.store.snapshot import Snapshot, take
 
 from .args import c_word, option, parse_int, text
@@ -97,7 +98,6 @@ HELP = (
 
 _NOT_POSITIVE = "ERR value is out of range, must be positive"
 _PROTOCOL_TYPES = "string|integer|double|bignum|null|array|set|map|attrib|push|verbatim|true|false"
-_LRU_BITS = (1 << 24) - 1  # Redis's LRU_CLOCK_MAX
 _THREAD_HASH = 1 << 20  # values this long are hashed off the event loop
 _YIELD_EVERY = 1024  # keys hashed between two turns of the event loop
 
@@ -262,7 +262,7 @@ def _object(c: Client, argv: list[Any]) -> Any:
             return
         c.reply.simple(
             f"Value at:{id(entry):#x} refcount:{shared} encoding:{encoding.decode()} "
-            f"serializedlength:{len(encode_length(length)) + length} lru:{entry.atime & _LRU_BITS} "
+            f"serializedlength:{len(encode_length(length)) + length} lru:{entry.atime & LRU_CLOCK_MAX} "
             f"lru_seconds_idle:{idle}"
         )
 

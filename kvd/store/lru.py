@@ -36,6 +36,9 @@ if TYPE_CHECKING:
 Value = bytes | bytearray | memoryview
 
 
+LRU_CLOCK_MAX = (1 << 24) - 1  # Redis keeps its LRU clock in 24 bits: what INFO's lru_clock and DEBUG OBJECT show
+
+
 class Entry:
     __slots__ = ("atime", "expire_at", "key", "loc", "next", "prev", "seq", "value")
 

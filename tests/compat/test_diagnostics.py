@@ -276,3 +276,27 @@ def test_info_sections_come_in_redis_s_order_and_titles(server):
         assert headers("CPU") == ["CPU"]
         assert redis_s(headers("commandstats", "default")) == [*REDIS_DEFAULT[:8], "Commandstats", *REDIS_DEFAULT[8:]]
         assert headers("nosuchsection") == []
+
+
+def test_info_has_the_memory_cpu_and_server_fields_dashboards_read(server):
+    r = server.client()
+    r.set("k", "v" * 1000)
+    mem = r.info("memory")
+    counts = ("used_memory", "used_memory_rss", "used_memory_peak", "used_memory_overhead", "used_memory_startup",
+              "used_memory_dataset", "total_system_memory", "maxmemory", "mem_not_counted_for_evict",
+              "mem_replication_backlog", "mem_clients_normal", "mem_aof_buffer",
+              "lazyfree_pending_objects")  # fmt: skip
+    for field in counts:
+        assert isinstance(mem[field], int), field
+    assert mem["used_memory_peak"] >= mem["used_memory"] > 1000
+    assert abs(mem["used_memory_overhead"] + mem["used_memory_dataset"] - mem["used_memory"]) < 1 << 20
+    assert mem["used_memory_peak_perc"].endswith("%") and mem["used_memory_dataset_perc"].endswith("%")
+    assert mem["total_system_memory"] > 1 << 30
+    cpu = r.info("cpu")
+    for field in ("used_cpu_sys", "used_cpu_user", "used_cpu_sys_children", "used_cpu_user_children",
+                  "used_cpu_sys_main_thread", "used_cpu_user_main_thread"):  # fmt: skip
+        assert float(cpu[field]) >= 0, field
+    assert float(cpu["used_cpu_user_main_thread"]) <= float(cpu["used_cpu_user"]) + 0.01
+    info = r.info("server")
+    assert info["hz"] == info["configured_hz"] == 10
+    assert 0 <= info["lru_clock"] < 1 << 24
