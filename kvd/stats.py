@@ -349,11 +349,14 @@ def _stats(s: Server) -> list[tuple[str, object]]:
         ("sync_partial_err", s.replication.sync_partial_err),
         ("expired_keys", ks.expired_keys),
         ("evicted_keys", ks.evicted_keys),
+        ("evicted_clients", 0),  # no maxmemory-clients
         ("keyspace_hits", ks.keyspace_hits),
         ("keyspace_misses", ks.keyspace_misses),
         ("pubsub_channels", s.pubsub.count("channel")),
         ("pubsub_patterns", s.pubsub.count("pattern")),
         ("pubsubshard_channels", s.pubsub.count("shard")),  # Redis 7.0 and 7.2 spell it so
+        ("latest_fork_usec", 0),  # kvd never forks: a snapshot is a pass over the keys (kvd/store/snapshot.py)
+        ("total_forks", 0),
         ("tracking_total_keys", len(s.tracking.table) if s.tracking is not None else 0),
         ("tracking_total_items", s.tracking.items if s.tracking is not None else 0),
         ("tracking_total_prefixes", len(s.tracking.prefixes) if s.tracking is not None else 0),
@@ -361,6 +364,8 @@ def _stats(s: Server) -> list[tuple[str, object]]:
         ("unexpected_error_replies", 0),
         ("client_output_buffer_limit_disconnections", st.output_limit_disconnections),
         ("acl_access_denied_auth", st.auth_failures),
+        ("io_threaded_reads_processed", 0),
+        ("io_threaded_writes_processed", 0),
     ]
 
 

@@ -297,6 +297,9 @@ def test_info_has_the_memory_cpu_and_server_fields_dashboards_read(server):
                   "used_cpu_sys_main_thread", "used_cpu_user_main_thread"):  # fmt: skip
         assert float(cpu[field]) >= 0, field
     assert float(cpu["used_cpu_user_main_thread"]) <= float(cpu["used_cpu_user"]) + 0.01
+    stats = r.info("stats")
+    assert stats["total_forks"] == stats["latest_fork_usec"] == 0  # nothing saved yet, on either server
+    assert stats["evicted_clients"] == stats["io_threaded_reads_processed"] == 0
     info = r.info("server")
     assert info["hz"] == info["configured_hz"] == 10
     assert 0 <= info["lru_clock"] < 1 << 24
