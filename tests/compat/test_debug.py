@@ -337,7 +337,7 @@ def test_change_repl_id(server_factory):
         assert "master_replid2:" + "0" * 40 in parse(c.command("INFO", "replication")).decode()
 
 
-@pytest.mark.parametrize("how, code", [("SEGFAULT", -signal.SIGSEGV), ("PANIC", None)])
+@pytest.mark.parametrize("how, code", [("SEGFAULT", -signal.SIGSEGV), ("PANIC", None), ("ASSERT", None)])
 def test_a_crash_keeps_what_was_acknowledged(server_factory, how, code):
     """DEBUG SEGFAULT and PANIC kill the server where it stands, without a shutdown; the restarted server serves
     every write it acknowledged."""
