@@ -3,6 +3,7 @@
 from . import (  # noqa: F401  (registration side effects)
     acl,
     bitmaps,
+    cluster,
     connection,
     debug,
     diagnostics,

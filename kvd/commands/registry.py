@@ -130,6 +130,7 @@ _GROUP_CATEGORY = {
 # (tests/compat/test_acl.py compares every command's with redis-server's COMMAND INFO).
 ACL_EXACT: dict[str, tuple[str, ...]] = {
     "append": ("write", "string", "fast"),
+    "asking": ("fast", "connection"),
     "client": ("slow",),
     "client|getname": ("slow", "connection"),
     "client|help": ("slow", "connection"),
@@ -154,6 +155,8 @@ ACL_EXACT: dict[str, tuple[str, ...]] = {
     "object": ("slow",),
     "pubsub": ("slow",),
     "pubsub|help": ("slow",),
+    "readonly": ("fast", "connection"),
+    "readwrite": ("fast", "connection"),
     "restore": ("keyspace", "write", "slow", "dangerous"),
     "role": ("admin", "fast", "dangerous"),
     "sort": ("write", "set", "sortedset", "list", "slow", "dangerous"),

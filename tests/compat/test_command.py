@@ -40,3 +40,19 @@ def test_list_is_redis_s_for_what_kvd_has(server, redis_server):
         for container in {n.split(b"|")[0] for n in mine if b"|" in n}:
             missing = {n for n in theirs - mine if n.startswith(container + b"|")}
             assert missing <= {b"command|getkeysandflags"}, container  # key specs: kvd has none
+
+
+def test_cluster_commands_say_cluster_support_is_disabled(server):
+    """As Redis without cluster-enabled: every CLUSTER subcommand (HELP too), READONLY, READWRITE and ASKING, after
+    the arity and subcommand checks."""
+    disabled = b"-ERR This instance has cluster support disabled\r\n"
+    with server.raw() as c:
+        requests = (["CLUSTER", "SLOTS"], ["CLUSTER", "INFO"], ["CLUSTER", "NODES"], ["CLUSTER", "SHARDS"],
+                    ["CLUSTER", "KEYSLOT", "k"], ["CLUSTER", "HELP"], ["READONLY"], ["READWRITE"],
+                    ["ASKING"])  # fmt: skip
+        for request in requests:
+            assert c.command(*request) == disabled, request
+        assert c.command("CLUSTER", "NOSUCH") == b"-ERR unknown subcommand 'NOSUCH'. Try CLUSTER HELP.\r\n"
+        assert c.command("CLUSTER", "KEYSLOT") == b"-ERR wrong number of arguments for 'cluster|keyslot' command\r\n"
+        assert c.command("CLUSTER") == b"-ERR wrong number of arguments for 'cluster' command\r\n"
+        assert c.command("PING") == b"+PONG\r\n"
