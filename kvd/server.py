@@ -127,6 +127,10 @@ class Server:
         self._next_id += 1
         return self._next_id
 
+    def clients_output_bytes(self) -> int:
+        """Reply bytes the transports still hold, all clients together (INFO mem_clients_normal, MEMORY STATS)."""
+        return sum(client.output_bytes() for client in self.clients.values())
+
     def register(self, client: Client) -> bool:
         self.stats.connections_received += 1
         if len(self.clients) >= self.settings.maxclients or self._stopping.is_set():
@@ -438,7 +442,7 @@ class Server:
                     self.keyspace.expire_cycle()
                 now = time.monotonic()
                 self.keyspace.ram.set_clock(int(now))
-                self.stats.used_memory_peak = max(self.stats.used_memory_peak, self.keyspace.ram.used)
+                self.stats.sample_memory(self.keyspace.ram.used)
                 self.latency.add("expire-cycle", now - started)
                 if self.keyspace.feed is not None:
                     self.replication.tick(now)

@@ -75,8 +75,14 @@ class ServerStats:
         self.error_replies = 0  # every error reply, as Redis's total_error_replies
         self.errors: dict[str, int] = {}  # error replies by their first word: "ERR", "WRONGTYPE", "NOAUTH"
         self.ops_per_sec = OpsRate()
-        self.used_memory_peak = 0  # the RAM tier's largest accounting seen: sampled on the 100 ms tick and by INFO
+        self.used_memory_peak = 0  # the RAM tier's largest accounting seen (sample_memory)
         self.connector: dict[str, int] = getattr(self, "connector", {})
+
+    def sample_memory(self, used: int) -> int:
+        """Note the RAM tier's accounting (on the 100 ms tick and at INFO); returns the peak so far."""
+        if used > self.used_memory_peak:
+            self.used_memory_peak = used
+        return self.used_memory_peak
 
     def commands_processed(self) -> int:
         """Commands run (refused ones are not), as Redis's total_commands_processed: the sum of their calls."""
@@ -261,10 +267,9 @@ def _memory(s: Server) -> list[tuple[str, object]]:
     ram = s.keyspace.ram
     rss = memory.rss_bytes()
     used = ram.used
-    peak = s.stats.used_memory_peak = max(s.stats.used_memory_peak, used)
+    peak = s.stats.sample_memory(used)
     system = memory.total_system_memory()
     seg_log = s.keyspace.log
-    clients = sum(c.output_bytes() for c in s.clients.values())
     return [
         ("used_memory", used),
         ("used_memory_human", _human(used)),
@@ -273,7 +278,7 @@ def _memory(s: Server) -> list[tuple[str, object]]:
         ("used_memory_peak", peak),
         ("used_memory_peak_human", _human(peak)),
         ("used_memory_peak_perc", f"{100 * used / peak if peak else 100:.2f}%"),
-        ("used_memory_overhead", used - ram.resident_bytes),
+        ("used_memory_overhead", ram.overhead),
         ("used_memory_startup", 0),
         ("used_memory_dataset", ram.resident_bytes),
         ("used_memory_dataset_perc", f"{100 * ram.resident_bytes / used if used else 0:.2f}%"),
@@ -289,7 +294,7 @@ def _memory(s: Server) -> list[tuple[str, object]]:
         ("maxmemory_policy", s.keyspace.policy),
         ("mem_not_counted_for_evict", 0),
         ("mem_replication_backlog", s.replication.backlog_bytes),
-        ("mem_clients_normal", clients),
+        ("mem_clients_normal", s.clients_output_bytes()),
         ("mem_aof_buffer", seg_log.pending_bytes if seg_log is not None else 0),
         ("mem_allocator", "libc"),
         ("active_defrag_running", 0),

@@ -161,9 +161,7 @@ def _sign(c: Client, take_snapshot: Callable[[], Snapshot], sign: Signer, finish
     return _sign_later(c, take_snapshot, sign, finish)
 
 
-async def _sign_later(
-    c: Client, take_snapshot: Callable[[], Snapshot], sign: Signer, finish: Callable[[], None]
-) -> None:
+async def _sign_later(c: Client, take_snapshot: Callable[[], Snapshot], sign: Signer, finish: Finish) -> None:
     snap = take_snapshot()  # here, not before: a coroutine dropped unstarted (its client closing) pins nothing
     try:
         done = 0

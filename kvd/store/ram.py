@@ -53,6 +53,11 @@ class RamTier:
     def value_charge(value: Any) -> int:
         return len(value) + VALUE_OVERHEAD
 
+    @property
+    def overhead(self) -> int:
+        """What is accounted beyond the values' bytes: keys and the fixed charges per entry and value."""
+        return self.used - self.resident_bytes
+
     def over_budget(self) -> bool:
         return self.budget > 0 and self.used > self.budget
 

@@ -125,3 +125,17 @@ def test_a_write_that_read_a_cold_value_gets_misconf_when_its_record_fails(small
     srv.kill9()
     srv.start()
     assert srv.client(socket_timeout=30).get("c") == b"old"  # the refused APPEND left nothing behind
+
+
+def test_debug_populate_on_a_full_disk_answers_misconf(small_fs, kvd_factory):
+    """DEBUG POPULATE writes like SETs, so its reply is a write's: held until the log has the keys, and
+    -MISCONF when the disk cannot take them (16 x 1 MiB into an 8 MiB filesystem), never a +OK for keys that a
+    restart would not bring back."""
+    srv = kvd_factory("--persistence", "yes", "--maxmemory", "64mb", "--segment-size", "1mb",
+                      "--enable-debug-command", "yes", data_dir=small_fs / "data")  # fmt: skip
+    r = srv.client(socket_timeout=30)
+    with pytest.raises(redis.ResponseError, match=r"^MISCONF"):
+        r.execute_command("DEBUG", "POPULATE", 16, "big", MiB)
+    assert r.ping()  # reads go on
+    with pytest.raises(redis.ResponseError, match=r"^MISCONF"):
+        r.set("after", "x")  # and writes are refused the same way until space is back
