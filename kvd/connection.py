@@ -44,7 +44,17 @@ from typing import TYPE_CHECKING, Any
 
 from kvd import monitor
 from kvd.commands import COMMANDS
-from kvd.commands.registry import ADMIN, ALIASES, FAST, NO_MULTI, NOAUTH, READONLY, command_keys, subcommand_error
+from kvd.commands.registry import (
+    ADMIN,
+    ALIASES,
+    FAST,
+    NO_MULTI,
+    NOAUTH,
+    READONLY,
+    SKIP_SLOWLOG,
+    command_keys,
+    subcommand_error,
+)
 from kvd.config import FIXED
 from kvd.protocol import errors, lowat
 from kvd.protocol.errors import CommandError, DropConnection, ProtocolError
@@ -560,7 +570,7 @@ class Client(asyncio.BufferedProtocol):
         server = self.server
         if self._reply_skip:
             self._command_done()
-        if cmd.name != "exec":
+        if SKIP_SLOWLOG not in cmd.flags:
             server.slowlog.push(argv, elapsed, self.addr, self.name)
         server.latency.add("fast-command" if FAST in cmd.flags else "command", elapsed / 1e9)
 

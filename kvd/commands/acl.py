@@ -25,6 +25,7 @@ from .registry import (
     ADMIN,
     COMMANDS,
     LOADING,
+    NOSCRIPT,
     STALE,
     acl_categories,
     command,
@@ -50,25 +51,33 @@ def acl(c: Client, argv: list[Any]) -> Any:
     return run_subcommand(c, argv, "acl")
 
 
-@command("whoami", 2, f"{LOADING} {STALE}", group=G, since="6.0.0", parent="acl",
+@command("whoami", 2, f"{NOSCRIPT} {LOADING} {STALE}", group=G, since="6.0.0", parent="acl",
          summary="Returns the authenticated username of the current connection.")  # fmt: skip
 def acl_whoami(c: Client, argv: list[Any]) -> None:
     c.reply.bulk(DEFAULT)
 
 
-@command("users", 2, f"{ADMIN} {LOADING} {STALE}", group=G, since="6.0.0", parent="acl", summary="Lists all ACL users.")
+@command(
+    "users",
+    2,
+    f"{ADMIN} {NOSCRIPT} {LOADING} {STALE}",
+    group=G,
+    since="6.0.0",
+    parent="acl",
+    summary="Lists all ACL users.",
+)
 def acl_users(c: Client, argv: list[Any]) -> None:
     c.reply.bulk_array([DEFAULT])
 
 
-@command("list", 2, f"{ADMIN} {LOADING} {STALE}", group=G, since="6.0.0", parent="acl",
+@command("list", 2, f"{ADMIN} {NOSCRIPT} {LOADING} {STALE}", group=G, since="6.0.0", parent="acl",
          summary="Dumps the effective rules in ACL file format.")  # fmt: skip
 def acl_list(c: Client, argv: list[Any]) -> None:
     password = _password_rule(c)
     c.reply.bulk_array([b"user default on %s ~* &* +@all" % password])
 
 
-@command("getuser", 3, f"{ADMIN} {LOADING} {STALE}", group=G, since="6.0.0", parent="acl",
+@command("getuser", 3, f"{ADMIN} {NOSCRIPT} {LOADING} {STALE}", group=G, since="6.0.0", parent="acl",
          summary="Lists the ACL rules of a user.", usage="username")  # fmt: skip
 def acl_getuser(c: Client, argv: list[Any]) -> None:
     if bytes(argv[2]) != DEFAULT:
@@ -91,7 +100,7 @@ def acl_getuser(c: Client, argv: list[Any]) -> None:
     r.array(0)
 
 
-@command("cat", -2, f"{LOADING} {STALE}", group=G, since="6.0.0", parent="acl",
+@command("cat", -2, f"{NOSCRIPT} {LOADING} {STALE}", group=G, since="6.0.0", parent="acl",
          summary="Lists the ACL categories, or the commands inside a category.", usage="[category]")  # fmt: skip
 def acl_cat(c: Client, argv: list[Any]) -> None:
     if len(argv) == 2:
@@ -112,7 +121,7 @@ def acl_cat(c: Client, argv: list[Any]) -> None:
     c.reply.bulk_array(names)
 
 
-@command("genpass", -2, f"{LOADING} {STALE}", group=G, since="6.0.0", parent="acl",
+@command("genpass", -2, f"{NOSCRIPT} {LOADING} {STALE}", group=G, since="6.0.0", parent="acl",
          summary="Generates a pseudorandom, secure password that can be used to identify ACL users.",
          usage="[bits]")  # fmt: skip
 def acl_genpass(c: Client, argv: list[Any]) -> None:
@@ -130,7 +139,7 @@ def acl_genpass(c: Client, argv: list[Any]) -> None:
     c.reply.bulk(secrets.token_hex((chars + 1) // 2)[:chars].encode())
 
 
-@command("dryrun", -4, f"{ADMIN} {LOADING} {STALE}", group=G, since="7.0.0", parent="acl",
+@command("dryrun", -4, f"{ADMIN} {NOSCRIPT} {LOADING} {STALE}", group=G, since="7.0.0", parent="acl",
          summary="Simulates the execution of a command by a user, without executing the command.",
          usage="username command [arg ...]")  # fmt: skip
 def acl_dryrun(c: Client, argv: list[Any]) -> None:
@@ -150,7 +159,7 @@ def acl_dryrun(c: Client, argv: list[Any]) -> None:
     c.reply.ok()  # default may run every command
 
 
-@command("log", -2, f"{ADMIN} {LOADING} {STALE}", group=G, since="6.0.0", parent="acl",
+@command("log", -2, f"{ADMIN} {NOSCRIPT} {LOADING} {STALE}", group=G, since="6.0.0", parent="acl",
          summary="Lists recent security events generated due to ACL rules.", usage="[count | RESET]")  # fmt: skip
 def acl_log(c: Client, argv: list[Any]) -> None:
     log = c.server.acl_log
@@ -170,7 +179,7 @@ def acl_log(c: Client, argv: list[Any]) -> None:
         c.reply.value(Pairs(entry.fields(now)))
 
 
-@command("setuser", -3, f"{ADMIN} {LOADING} {STALE}", group=G, since="6.0.0", parent="acl",
+@command("setuser", -3, f"{ADMIN} {NOSCRIPT} {LOADING} {STALE}", group=G, since="6.0.0", parent="acl",
          summary="Creates and modifies an ACL user and its rules (kvd: one user, default).",
          usage="username [rule [rule ...]]")  # fmt: skip
 def acl_setuser(c: Client, argv: list[Any]) -> None:
@@ -180,7 +189,7 @@ def acl_setuser(c: Client, argv: list[Any]) -> None:
     )
 
 
-@command("deluser", -3, f"{ADMIN} {LOADING} {STALE}", group=G, since="6.0.0", parent="acl",
+@command("deluser", -3, f"{ADMIN} {NOSCRIPT} {LOADING} {STALE}", group=G, since="6.0.0", parent="acl",
          summary="Deletes ACL users, and terminates their connections.", usage="username [username ...]")  # fmt: skip
 def acl_deluser(c: Client, argv: list[Any]) -> None:
     if any(bytes(name) == DEFAULT for name in argv[2:]):
@@ -188,13 +197,13 @@ def acl_deluser(c: Client, argv: list[Any]) -> None:
     c.reply.integer(0)  # no such users
 
 
-@command("load", 2, f"{ADMIN} {LOADING} {STALE}", group=G, since="6.0.0", parent="acl",
+@command("load", 2, f"{ADMIN} {NOSCRIPT} {LOADING} {STALE}", group=G, since="6.0.0", parent="acl",
          summary="Reloads the rules from the configured ACL file.")  # fmt: skip
 def acl_load(c: Client, argv: list[Any]) -> None:
     raise CommandError(_NO_ACL_FILE)
 
 
-@command("save", 2, f"{ADMIN} {LOADING} {STALE}", group=G, since="6.0.0", parent="acl",
+@command("save", 2, f"{ADMIN} {NOSCRIPT} {LOADING} {STALE}", group=G, since="6.0.0", parent="acl",
          summary="Saves the effective ACL rules in the configured ACL file.")  # fmt: skip
 def acl_save(c: Client, argv: list[Any]) -> None:
     raise CommandError(_NO_ACL_FILE)

@@ -25,7 +25,7 @@ from kvd.store.keyspace import Value
 
 from . import bitops
 from .args import c_word, option, parse_int
-from .registry import DENYOOM, FAST, READONLY, WRITE, command
+from .registry import DENYOOM, FAST, READONLY, WRITE, KeySpec, command
 from .values import then, with_all, with_current
 
 if TYPE_CHECKING:
@@ -60,6 +60,7 @@ def _bit_offset(c: Client, raw: Any, bits: int = 0) -> int:
     since="2.2.0",
     summary="Sets or clears the bit at offset of the string value. Creates the key if it doesn't exist.",
     usage="key offset value",
+    key_flags="RW access update",
 )
 def setbit(c: Client, argv: list[Any]) -> Any:
     key = bytes(argv[1])
@@ -95,6 +96,7 @@ def setbit(c: Client, argv: list[Any]) -> Any:
     since="2.2.0",
     summary="Returns a bit value by offset.",
     usage="key offset",
+    key_flags="RO access",
 )
 def getbit(c: Client, argv: list[Any]) -> Any:
     offset = _bit_offset(c, argv[2])
@@ -143,6 +145,7 @@ def _span(start: int, end: int | None, in_bits: bool, length: int) -> tuple[int,
     complexity="O(N)",
     summary="Counts the number of set bits (population counting) in a string.",
     usage="key [start end [BYTE | BIT]]",
+    key_flags="RO access",
 )
 def bitcount(c: Client, argv: list[Any]) -> Any:
     entry = c.keyspace.lookup_read(bytes(argv[1]))
@@ -181,6 +184,7 @@ def bitcount(c: Client, argv: list[Any]) -> Any:
     complexity="O(N)",
     summary="Finds the first set (1) or clear (0) bit in a string.",
     usage="key bit [start [end [BYTE | BIT]]]",
+    key_flags="RO access",
 )
 def bitpos(c: Client, argv: list[Any]) -> Any:
     bit = parse_int(argv[2])
@@ -253,6 +257,7 @@ def _find_bit(data: Value, bit: int, start: int, end: int, first_mask: int, last
     complexity="O(N)",
     summary="Performs bitwise operations on multiple strings, and stores the result.",
     usage="operation destkey key [key ...]",
+    key_specs=(KeySpec(("OW", "update"), 2), KeySpec(("RO", "access"), 3, -1)),
 )
 def bitop(c: Client, argv: list[Any]) -> Any:
     op = bitops.OPS.get(option(argv[1]))
@@ -383,6 +388,21 @@ def _bitfield(c: Client, argv: list[Any], read_only: bool) -> Any:
     return with_current(c, key, store)
 
 
+def _bitfield_reads_only(argv: list[Any]) -> bool:
+    """Whether BITFIELD's operations are all GETs (OVERFLOW aside), as Redis's bitfieldGetKeys decides: the
+    first SET or INCRBY, or anything it cannot read, makes it a write."""
+    i = 2
+    while i < len(argv):
+        op, rest = option(argv[i]), len(argv) - i - 1
+        if op == b"get" and rest >= 2:
+            i += 3
+        elif op == b"overflow" and rest >= 1:
+            i += 2
+        else:
+            return False
+    return True
+
+
 @command(
     "bitfield",
     -2,
@@ -394,6 +414,14 @@ def _bitfield(c: Client, argv: list[Any], read_only: bool) -> Any:
     summary="Performs arbitrary bitfield integer operations on strings.",
     usage="key [GET encoding offset | [OVERFLOW WRAP | SAT | FAIL] SET encoding offset value | INCRBY encoding "
     "offset increment ...]",
+    key_specs=(
+        KeySpec(
+            ("RW", "access", "update", "variable_flags"),
+            1,
+            notes="This command allows both access and modification of the key",
+        ),
+    ),
+    get_keys=lambda argv: [(1, ("RO", "access") if _bitfield_reads_only(argv) else ("RW", "access", "update"))],
 )
 def bitfield(c: Client, argv: list[Any]) -> Any:
     return _bitfield(c, argv, read_only=False)
@@ -409,6 +437,7 @@ def bitfield(c: Client, argv: list[Any]) -> Any:
     complexity="O(1) for each subcommand specified",
     summary="Performs arbitrary read-only bitfield integer operations on strings.",
     usage="key [GET encoding offset ...]",
+    key_flags="RO access",
 )
 def bitfield_ro(c: Client, argv: list[Any]) -> Any:
     return _bitfield(c, argv, read_only=True)

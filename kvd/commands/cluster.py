@@ -15,14 +15,17 @@ from typing import TYPE_CHECKING, Any
 
 from kvd.protocol.errors import CommandError
 
-from .registry import ADMIN, FAST, LOADING, STALE, command, run_subcommand
+from .registry import ADMIN, FAST, LOADING, NO_ASYNC_LOADING, NOSCRIPT, STALE, command, run_subcommand
 
 if TYPE_CHECKING:
     from kvd.connection import Client
 
 G = "cluster"
 DISABLED = "ERR This instance has cluster support disabled"
-_CHANGES = f"{ADMIN} {STALE} no_async_loading"  # the subcommands that change a node's cluster state
+_CHANGES = f"{ADMIN} {STALE} {NO_ASYNC_LOADING}"  # the subcommands that change a node's cluster state
+# The subcommands whose answer Redis marks as varying between calls (COMMAND INFO's tips).
+_NONDETERMINISTIC = {"bumpepoch", "count-failure-reports", "getkeysinslot", "info", "links", "nodes", "replicas"}
+_NONDETERMINISTIC |= {"shards", "slaves", "slots"}
 
 
 def _disabled(c: Client, argv: list[Any]) -> None:
@@ -64,7 +67,7 @@ for _name, _arity, _flags, _since, _summary in (
     ("nodes", 2, STALE, "3.0.0", "Returns the cluster configuration for a node."),
     ("replicas", 3, f"{ADMIN} {STALE}", "5.0.0", "Lists the replica nodes of a master node."),
     ("replicate", 3, _CHANGES, "3.0.0", "Configure a node as replica of a master node."),
-    ("reset", -2, f"{ADMIN} {STALE} noscript", "3.0.0", "Resets a node."),
+    ("reset", -2, f"{ADMIN} {NOSCRIPT} {STALE}", "3.0.0", "Resets a node."),
     ("saveconfig", 2, _CHANGES, "3.0.0", "Forces a node to save the cluster configuration to disk."),
     ("set-config-epoch", 3, _CHANGES, "3.0.0", "Sets the configuration epoch for a new node."),
     ("setslot", -4, _CHANGES, "3.0.0", "Binds a hash slot to a node."),
@@ -72,7 +75,8 @@ for _name, _arity, _flags, _since, _summary in (
     ("slaves", 3, f"{ADMIN} {STALE}", "3.0.0", "Lists the replica nodes of a master node."),
     ("slots", 2, STALE, "3.0.0", "Returns the mapping of cluster slots to nodes."),
 ):  # fmt: skip
-    command(_name, _arity, _flags, group=G, since=_since, parent="cluster", summary=_summary)(_disabled)
+    _tips = "nondeterministic_output" if _name in _NONDETERMINISTIC else ""
+    command(_name, _arity, _flags, group=G, since=_since, parent="cluster", summary=_summary, tips=_tips)(_disabled)
 
 for _name, _flags, _summary in (
     ("readonly", f"{FAST} {LOADING} {STALE}", "Enables read-only queries on a cluster replica's connection."),

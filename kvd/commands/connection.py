@@ -17,7 +17,18 @@ from kvd.protocol.errors import CommandError
 from kvd.protocol.reply import PONG, Pairs
 
 from .args import check_db_index, lower, parse_int, parse_timeout_ms, text
-from .registry import ADMIN, FAST, LOADING, NOAUTH, STALE, command, run_subcommand, subcommand_help
+from .registry import (
+    ADMIN,
+    ALLOW_BUSY,
+    FAST,
+    LOADING,
+    NOAUTH,
+    NOSCRIPT,
+    STALE,
+    command,
+    run_subcommand,
+    subcommand_help,
+)
 
 if TYPE_CHECKING:
     from kvd.connection import Client
@@ -41,7 +52,15 @@ def check_password(c: Client, user: bytes | None, password: bytes) -> bool:
     return hmac.compare_digest(password, required) and user_ok
 
 
-@command("ping", -1, FAST, group=G, summary="Returns the server's liveliness response.", usage="[message]")
+@command(
+    "ping",
+    -1,
+    FAST,
+    group=G,
+    summary="Returns the server's liveliness response.",
+    usage="[message]",
+    tips="request_policy:all_shards response_policy:all_succeeded",
+)
 def ping(c: Client, argv: list[Any]) -> None:
     if len(argv) > 2:
         raise CommandError(errors.wrong_arity("ping"))
@@ -63,7 +82,7 @@ def echo(c: Client, argv: list[Any]) -> None:
 @command(
     "auth",
     -2,
-    f"{NOAUTH} {FAST} {LOADING} {STALE}",
+    f"{NOSCRIPT} {LOADING} {STALE} {FAST} {NOAUTH} {ALLOW_BUSY}",
     group=G,
     summary="Authenticates the connection.",
     usage="[username] password",
@@ -86,7 +105,7 @@ def auth(c: Client, argv: list[Any]) -> None:
 @command(
     "hello",
     -1,
-    f"{NOAUTH} {FAST} {LOADING} {STALE}",
+    f"{NOSCRIPT} {LOADING} {STALE} {FAST} {NOAUTH} {ALLOW_BUSY}",
     group=G,
     since="6.0.0",
     summary="Handshakes with the Redis server.",
@@ -148,13 +167,22 @@ def select(c: Client, argv: list[Any]) -> None:
     c.reply.ok()
 
 
-@command("quit", -1, f"{NOAUTH} {FAST} {LOADING} {STALE}", group=G, summary="Closes the connection.")
+@command(
+    "quit", -1, f"{NOSCRIPT} {LOADING} {STALE} {FAST} {NOAUTH} {ALLOW_BUSY}", group=G, summary="Closes the connection."
+)
 def quit_(c: Client, argv: list[Any]) -> None:
     c.reply.ok()
     c.close_after_reply = True
 
 
-@command("reset", 1, f"{NOAUTH} {FAST} {LOADING} {STALE}", group=G, since="6.2.0", summary="Resets the connection.")
+@command(
+    "reset",
+    1,
+    f"{NOSCRIPT} {LOADING} {STALE} {FAST} {NOAUTH} {ALLOW_BUSY}",
+    group=G,
+    since="6.2.0",
+    summary="Resets the connection.",
+)
 def reset(c: Client, argv: list[Any]) -> None:
     c.set_reply_mode(b"on")
     c.reply.proto = 2
@@ -200,7 +228,7 @@ def client(c: Client, argv: list[Any]) -> Any:
 @command(
     "id",
     2,
-    f"{FAST} {LOADING} {STALE}",
+    f"{NOSCRIPT} {LOADING} {STALE}",
     group=G,
     since="5.0.0",
     parent="client",
@@ -213,7 +241,7 @@ def client_id(c: Client, argv: list[Any]) -> None:
 @command(
     "setname",
     3,
-    f"{FAST} {LOADING} {STALE}",
+    f"{NOSCRIPT} {LOADING} {STALE}",
     group=G,
     since="2.6.9",
     parent="client",
@@ -230,7 +258,7 @@ def client_setname(c: Client, argv: list[Any]) -> None:
 @command(
     "getname",
     2,
-    f"{FAST} {LOADING} {STALE}",
+    f"{NOSCRIPT} {LOADING} {STALE}",
     group=G,
     since="2.6.9",
     parent="client",
@@ -246,7 +274,7 @@ def client_getname(c: Client, argv: list[Any]) -> None:
 @command(
     "setinfo",
     4,
-    f"{LOADING} {STALE}",
+    f"{NOSCRIPT} {LOADING} {STALE}",
     group=G,
     since="7.2.0",
     parent="client",
@@ -269,11 +297,12 @@ def client_setinfo(c: Client, argv: list[Any]) -> None:
 @command(
     "info",
     2,
-    f"{FAST} {LOADING} {STALE}",
+    f"{NOSCRIPT} {LOADING} {STALE}",
     group=G,
     since="6.2.0",
     parent="client",
     summary="Returns information about the connection.",
+    tips="nondeterministic_output",
 )
 def client_info(c: Client, argv: list[Any]) -> None:
     c.reply.verbatim(c.describe() + "\n")
@@ -282,12 +311,13 @@ def client_info(c: Client, argv: list[Any]) -> None:
 @command(
     "list",
     -2,
-    f"{ADMIN} {LOADING} {STALE}",
+    f"{ADMIN} {NOSCRIPT} {LOADING} {STALE}",
     group=G,
     since="2.4.0",
     parent="client",
     summary="Lists open connections.",
     usage="[TYPE NORMAL] [ID client-id [client-id ...]]",
+    tips="nondeterministic_output",
 )
 def client_list(c: Client, argv: list[Any]) -> None:
     ids: set[int] | None = None
@@ -316,7 +346,7 @@ def _client_type(raw: bytes) -> str:
 @command(
     "kill",
     -3,
-    f"{ADMIN} {LOADING} {STALE}",
+    f"{ADMIN} {NOSCRIPT} {LOADING} {STALE}",
     group=G,
     since="2.4.0",
     parent="client",
@@ -357,7 +387,7 @@ def client_kill(c: Client, argv: list[Any]) -> None:
 @command(
     "unblock",
     -3,
-    f"{ADMIN} {LOADING} {STALE}",
+    f"{ADMIN} {NOSCRIPT} {LOADING} {STALE}",
     group=G,
     since="5.0.0",
     parent="client",
@@ -384,7 +414,7 @@ def client_unblock(c: Client, argv: list[Any]) -> None:
 @command(
     "reply",
     3,
-    f"{LOADING} {STALE}",
+    f"{NOSCRIPT} {LOADING} {STALE}",
     group=G,
     since="3.2.0",
     parent="client",
@@ -404,7 +434,7 @@ def client_reply(c: Client, argv: list[Any]) -> None:
 @command(
     "pause",
     -3,
-    f"{ADMIN} {LOADING} {STALE}",
+    f"{ADMIN} {NOSCRIPT} {LOADING} {STALE}",
     group=G,
     since="3.0.0",
     parent="client",
@@ -428,7 +458,7 @@ def client_pause(c: Client, argv: list[Any]) -> None:
 @command(
     "unpause",
     2,
-    f"{ADMIN} {LOADING} {STALE}",
+    f"{ADMIN} {NOSCRIPT} {LOADING} {STALE}",
     group=G,
     since="6.2.0",
     parent="client",
@@ -442,7 +472,7 @@ def client_unpause(c: Client, argv: list[Any]) -> None:
 @command(
     "no-evict",
     3,
-    f"{FAST} {ADMIN} {LOADING} {STALE}",
+    f"{ADMIN} {NOSCRIPT} {LOADING} {STALE}",
     group=G,
     since="7.0.0",
     parent="client",
@@ -462,7 +492,7 @@ def client_no_evict(c: Client, argv: list[Any]) -> None:
 @command(
     "no-touch",
     3,
-    f"{LOADING} {STALE}",
+    f"{NOSCRIPT} {LOADING} {STALE}",
     group=G,
     since="7.2.0",
     parent="client",
@@ -483,7 +513,7 @@ def client_no_touch(c: Client, argv: list[Any]) -> None:
 @command(
     "help",
     2,
-    f"{FAST} {LOADING} {STALE}",
+    f"{LOADING} {STALE}",
     group=G,
     since="5.0.0",
     parent="client",

@@ -13,7 +13,7 @@ from kvd.protocol import errors
 from kvd.protocol.errors import CommandError
 
 from .args import parse_int, text
-from .registry import ADMIN, COMMANDS, LOADING, STALE, command, run_subcommand, subcommand_help
+from .registry import ADMIN, COMMANDS, LOADING, NOSCRIPT, STALE, command, run_subcommand, subcommand_help
 
 if TYPE_CHECKING:
     from kvd.connection import Client
@@ -47,6 +47,7 @@ def slowlog(c: Client, argv: list[Any]) -> Any:
     summary="Returns the slow log's entries.",
     usage="[count]",
     complexity="O(N) where N is the number of entries returned",
+    tips="request_policy:all_nodes nondeterministic_output",
 )
 def slowlog_get(c: Client, argv: list[Any]) -> None:
     count = 10
@@ -77,6 +78,7 @@ def slowlog_get(c: Client, argv: list[Any]) -> None:
     since="2.2.12",
     parent="slowlog",
     summary="Returns the number of entries in the slow log.",
+    tips="request_policy:all_nodes response_policy:agg_sum nondeterministic_output",
 )
 def slowlog_len(c: Client, argv: list[Any]) -> None:
     c.reply.integer(len(c.server.slowlog))
@@ -90,6 +92,7 @@ def slowlog_len(c: Client, argv: list[Any]) -> None:
     since="2.2.12",
     parent="slowlog",
     summary="Clears all entries from the slow log.",
+    tips="request_policy:all_nodes response_policy:all_succeeded",
 )
 def slowlog_reset(c: Client, argv: list[Any]) -> None:
     c.server.slowlog.reset()
@@ -128,11 +131,12 @@ def latency(c: Client, argv: list[Any]) -> Any:
 @command(
     "latest",
     2,
-    f"{ADMIN} {LOADING} {STALE}",
+    f"{ADMIN} {NOSCRIPT} {LOADING} {STALE}",
     group=G,
     since="2.8.13",
     parent="latency",
     summary="Returns the latest latency samples for all events.",
+    tips="nondeterministic_output request_policy:all_nodes response_policy:special",
 )
 def latency_latest(c: Client, argv: list[Any]) -> None:
     rows = c.server.latency.latest()
@@ -149,12 +153,13 @@ def latency_latest(c: Client, argv: list[Any]) -> None:
 @command(
     "history",
     3,
-    f"{ADMIN} {LOADING} {STALE}",
+    f"{ADMIN} {NOSCRIPT} {LOADING} {STALE}",
     group=G,
     since="2.8.13",
     parent="latency",
     summary="Returns timestamp-latency samples for an event.",
     usage="event",
+    tips="nondeterministic_output request_policy:all_nodes response_policy:special",
 )
 def latency_history(c: Client, argv: list[Any]) -> None:
     samples = c.server.latency.history(text(argv[2]))
@@ -169,12 +174,13 @@ def latency_history(c: Client, argv: list[Any]) -> None:
 @command(
     "graph",
     3,
-    f"{ADMIN} {LOADING} {STALE}",
+    f"{ADMIN} {NOSCRIPT} {LOADING} {STALE}",
     group=G,
     since="2.8.13",
     parent="latency",
     summary="Returns a latency graph for an event.",
     usage="event",
+    tips="nondeterministic_output request_policy:all_nodes response_policy:special",
 )
 def latency_graph(c: Client, argv: list[Any]) -> None:
     event = text(argv[2])
@@ -187,11 +193,12 @@ def latency_graph(c: Client, argv: list[Any]) -> None:
 @command(
     "doctor",
     2,
-    f"{ADMIN} {LOADING} {STALE}",
+    f"{ADMIN} {NOSCRIPT} {LOADING} {STALE}",
     group=G,
     since="2.8.13",
     parent="latency",
     summary="Returns a human-readable latency analysis report.",
+    tips="nondeterministic_output request_policy:all_nodes response_policy:special",
 )
 def latency_doctor(c: Client, argv: list[Any]) -> None:
     c.reply.verbatim(c.server.latency.doctor(c.server.settings.slowlog_log_slower_than))
@@ -200,12 +207,13 @@ def latency_doctor(c: Client, argv: list[Any]) -> None:
 @command(
     "reset",
     -2,
-    f"{ADMIN} {LOADING} {STALE}",
+    f"{ADMIN} {NOSCRIPT} {LOADING} {STALE}",
     group=G,
     since="2.8.13",
     parent="latency",
     summary="Resets the latency data for one or more events.",
     usage="[event [event ...]]",
+    tips="request_policy:all_nodes response_policy:all_succeeded",
 )
 def latency_reset(c: Client, argv: list[Any]) -> None:
     events = [text(a) for a in argv[2:]] or None
@@ -215,12 +223,13 @@ def latency_reset(c: Client, argv: list[Any]) -> None:
 @command(
     "histogram",
     -2,
-    f"{ADMIN} {LOADING} {STALE}",
+    f"{ADMIN} {NOSCRIPT} {LOADING} {STALE}",
     group=G,
     since="7.0.0",
     parent="latency",
     summary="Returns the cumulative distribution of latencies of a subset or all commands.",
     usage="[command [command ...]]",
+    tips="nondeterministic_output request_policy:all_nodes response_policy:special",
 )
 def latency_histogram(c: Client, argv: list[Any]) -> None:
     """Every command (and subcommand) with calls, or those named; an unknown name is skipped, as in Redis."""

@@ -18,7 +18,7 @@ from kvd.store.glob import glob_match
 from kvd.store.keyspace import Value, now_ms
 
 from .args import LLONG_MAX, c_word, check_db_index, lower, parse_int
-from .registry import DENYOOM, FAST, READONLY, WRITE, command
+from .registry import DENYOOM, FAST, READONLY, WRITE, KeySpec, command
 from .values import then, with_current
 
 if TYPE_CHECKING:
@@ -37,6 +37,8 @@ TYPES = (b"string", b"list", b"set", b"zset", b"hash", b"stream")
     complexity="O(N)",
     summary="Deletes one or more keys.",
     usage="key [key ...]",
+    tips="request_policy:multi_shard response_policy:agg_sum",
+    key_flags="RM delete",
 )
 def del_(c: Client, argv: list[Any]) -> None:
     c.reply.integer(_delete(c, argv[1:]))
@@ -63,6 +65,8 @@ def _delete(c: Client, keys: list[Any]) -> int:
     complexity="O(N)",
     summary="Asynchronously deletes one or more keys.",
     usage="key [key ...]",
+    tips="request_policy:multi_shard response_policy:agg_sum",
+    key_flags="RM delete",
 )
 def unlink(c: Client, argv: list[Any]) -> None:
     # Freeing a value is a refcount drop in CPython; there is no slow destructor to move off the loop.
@@ -79,6 +83,8 @@ def unlink(c: Client, argv: list[Any]) -> None:
     complexity="O(N)",
     summary="Determines whether one or more keys exist.",
     usage="key [key ...]",
+    tips="request_policy:multi_shard response_policy:agg_sum",
+    key_flags="RO",
 )
 def exists(c: Client, argv: list[Any]) -> None:
     now = now_ms()
@@ -93,6 +99,7 @@ def exists(c: Client, argv: list[Any]) -> None:
     group=G,
     summary="Determines the type of value stored at a key.",
     usage="key",
+    key_flags="RO",
 )
 def type_(c: Client, argv: list[Any]) -> None:
     c.reply.raw(b"+string\r\n" if c.keyspace.lookup_read(bytes(argv[1])) is not None else b"+none\r\n")
@@ -109,6 +116,8 @@ def type_(c: Client, argv: list[Any]) -> None:
     summary="Returns the number of existing keys out of those specified after updating the time they were last "
     "accessed.",
     usage="key [key ...]",
+    tips="request_policy:multi_shard response_policy:agg_sum",
+    key_flags="RO",
 )
 def touch(c: Client, argv: list[Any]) -> None:
     # A connector can keep the chunks of a prefix it is about to reuse from being the next ones demoted.
@@ -149,6 +158,7 @@ def _rename(c: Client, argv: list[Any], nx: bool) -> Any:
     group=G,
     summary="Renames a key and overwrites the destination.",
     usage="key newkey",
+    key_specs=(KeySpec(("RW", "access", "delete"), 1), KeySpec(("OW", "update"), 2)),
 )
 def rename(c: Client, argv: list[Any]) -> Any:
     return _rename(c, argv, nx=False)
@@ -162,6 +172,7 @@ def rename(c: Client, argv: list[Any]) -> Any:
     group=G,
     summary="Renames a key only when the target key name doesn't exist.",
     usage="key newkey",
+    key_specs=(KeySpec(("RW", "access", "delete"), 1), KeySpec(("OW", "insert"), 2)),
 )
 def renamenx(c: Client, argv: list[Any]) -> Any:
     return _rename(c, argv, nx=True)
@@ -177,6 +188,7 @@ def renamenx(c: Client, argv: list[Any]) -> Any:
     complexity="O(N) worst case for collections, where N is the number of nested items. O(1) for string values.",
     summary="Copies the value of a key to a new key.",
     usage="source destination [DB destination-db] [REPLACE]",
+    key_specs=(KeySpec(("RO", "access"), 1), KeySpec(("OW", "update"), 2)),
 )
 def copy(c: Client, argv: list[Any]) -> Any:
     src, dst = bytes(argv[1]), bytes(argv[2])
@@ -224,6 +236,8 @@ def copy(c: Client, argv: list[Any]) -> Any:
     "thus O(1)+O(1*M) where M is small, so simply O(1).",
     summary="Returns a serialized representation of the value stored at a key.",
     usage="key",
+    tips="nondeterministic_output",
+    key_flags="RO access",
 )
 def dump(c: Client, argv: list[Any]) -> Any:
     """Redis's payload for the value (kvd/persist/dump.py), which RESTORE in kvd or Redis turns back into it."""
@@ -242,6 +256,7 @@ def dump(c: Client, argv: list[Any]) -> Any:
     complexity="O(1) to create the new key and additional O(N*M) to reconstruct the serialized value.",
     summary="Creates a key from the serialized representation of a value.",
     usage="key ttl serialized-value [REPLACE] [ABSTTL] [IDLETIME seconds] [FREQ frequency]",
+    key_flags="OW update",
 )
 def restore(c: Client, argv: list[Any]) -> None:
     """A key from a DUMP payload (kvd's or Redis's), with Redis's checks in Redis's order. IDLETIME and FREQ
@@ -315,6 +330,8 @@ def _ttl(c: Client, argv: list[Any], ms: bool, absolute: bool = False) -> None:
     group=G,
     summary="Returns the expiration time in seconds of a key.",
     usage="key",
+    tips="nondeterministic_output",
+    key_flags="RO access",
 )
 def ttl(c: Client, argv: list[Any]) -> None:
     _ttl(c, argv, ms=False)
@@ -329,6 +346,8 @@ def ttl(c: Client, argv: list[Any]) -> None:
     since="2.6.0",
     summary="Returns the expiration time in milliseconds of a key.",
     usage="key",
+    tips="nondeterministic_output",
+    key_flags="RO access",
 )
 def pttl(c: Client, argv: list[Any]) -> None:
     _ttl(c, argv, ms=True)
@@ -343,6 +362,7 @@ def pttl(c: Client, argv: list[Any]) -> None:
     since="7.0.0",
     summary="Returns the expiration time of a key as a Unix timestamp.",
     usage="key",
+    key_flags="RO access",
 )
 def expiretime(c: Client, argv: list[Any]) -> None:
     _ttl(c, argv, ms=False, absolute=True)
@@ -357,6 +377,7 @@ def expiretime(c: Client, argv: list[Any]) -> None:
     since="7.0.0",
     summary="Returns the expiration time of a key as a Unix milliseconds timestamp.",
     usage="key",
+    key_flags="RO access",
 )
 def pexpiretime(c: Client, argv: list[Any]) -> None:
     _ttl(c, argv, ms=True, absolute=True)
@@ -416,6 +437,7 @@ def _expire(c: Client, argv: list[Any], name: str, unit_ms: int, absolute: bool)
     group=G,
     summary="Sets the expiration time of a key in seconds.",
     usage="key seconds [NX | XX | GT | LT]",
+    key_flags="RW update",
 )
 def expire(c: Client, argv: list[Any]) -> None:
     _expire(c, argv, "expire", 1000, absolute=False)
@@ -430,6 +452,7 @@ def expire(c: Client, argv: list[Any]) -> None:
     since="2.6.0",
     summary="Sets the expiration time of a key in milliseconds.",
     usage="key milliseconds [NX | XX | GT | LT]",
+    key_flags="RW update",
 )
 def pexpire(c: Client, argv: list[Any]) -> None:
     _expire(c, argv, "pexpire", 1, absolute=False)
@@ -444,6 +467,7 @@ def pexpire(c: Client, argv: list[Any]) -> None:
     since="1.2.0",
     summary="Sets the expiration time of a key to a Unix timestamp.",
     usage="key unix-time-seconds [NX | XX | GT | LT]",
+    key_flags="RW update",
 )
 def expireat(c: Client, argv: list[Any]) -> None:
     _expire(c, argv, "expireat", 1000, absolute=True)
@@ -458,6 +482,7 @@ def expireat(c: Client, argv: list[Any]) -> None:
     since="2.6.0",
     summary="Sets the expiration time of a key to a Unix milliseconds timestamp.",
     usage="key unix-time-milliseconds [NX | XX | GT | LT]",
+    key_flags="RW update",
 )
 def pexpireat(c: Client, argv: list[Any]) -> None:
     _expire(c, argv, "pexpireat", 1, absolute=True)
@@ -472,6 +497,7 @@ def pexpireat(c: Client, argv: list[Any]) -> None:
     since="2.2.0",
     summary="Removes the expiration time of a key.",
     usage="key",
+    key_flags="RW update",
 )
 def persist(c: Client, argv: list[Any]) -> None:
     key = bytes(argv[1])
@@ -493,6 +519,7 @@ def persist(c: Client, argv: list[Any]) -> None:
     complexity="O(N)",
     summary="Returns all key names that match a pattern.",
     usage="pattern",
+    tips="request_policy:all_shards nondeterministic_output_order",
 )
 def keys(c: Client, argv: list[Any]) -> None:
     pattern = bytes(argv[1])
@@ -528,6 +555,7 @@ def _parse_cursor(raw: bytes | bytearray) -> int:
     complexity="O(1) per call",
     summary="Iterates over the key names in the database.",
     usage="cursor [MATCH pattern] [COUNT count] [TYPE type]",
+    tips="nondeterministic_output request_policy:special",
 )
 def scan(c: Client, argv: list[Any]) -> None:
     cursor = _parse_cursor(argv[1])
@@ -560,7 +588,15 @@ def scan(c: Client, argv: list[Any]) -> None:
     c.reply.bulk_array(found)
 
 
-@command("randomkey", 1, READONLY, (0, 0, 0), group=G, summary="Returns a random key name from the database.")
+@command(
+    "randomkey",
+    1,
+    READONLY,
+    (0, 0, 0),
+    group=G,
+    summary="Returns a random key name from the database.",
+    tips="request_policy:all_shards nondeterministic_output",
+)
 def randomkey(c: Client, argv: list[Any]) -> None:
     key = c.keyspace.random_key()
     if key is None:
@@ -576,6 +612,7 @@ def randomkey(c: Client, argv: list[Any]) -> None:
     (0, 0, 0),
     group="server",
     summary="Returns the number of keys in the database.",
+    tips="request_policy:all_shards response_policy:agg_sum",
 )
 def dbsize(c: Client, argv: list[Any]) -> None:
     c.reply.integer(len(c.keyspace))
@@ -597,6 +634,7 @@ def _flush(c: Client, argv: list[Any]) -> None:
     complexity="O(N)",
     summary="Removes all keys from all databases, in RAM and on disk.",
     usage="[ASYNC | SYNC]",
+    tips="request_policy:all_shards response_policy:all_succeeded",
 )
 def flushall(c: Client, argv: list[Any]) -> None:
     _flush(c, argv)
@@ -611,6 +649,7 @@ def flushall(c: Client, argv: list[Any]) -> None:
     complexity="O(N)",
     summary="Remove all keys from the current database, in RAM and on disk.",
     usage="[ASYNC | SYNC]",
+    tips="request_policy:all_shards response_policy:all_succeeded",
 )
 def flushdb(c: Client, argv: list[Any]) -> None:
     _flush(c, argv)
@@ -639,6 +678,7 @@ def _int_index(raw: bytes | bytearray, message: str = errors.NOT_INTEGER) -> int
     group=G,
     summary="Moves a key to another database.",
     usage="key db",
+    key_flags="RW access update",
 )
 def move(c: Client, argv: list[Any]) -> None:
     if _int_index(argv[2]) != 0:

@@ -92,6 +92,7 @@ def lcs_python(a: bytes, b: bytes, want_matches: bool, min_len: int) -> Found:
     complexity="O(N*M) where N and M are the lengths of s1 and s2, respectively",
     summary="Finds the longest common substring.",
     usage="key1 key2 [LEN] [IDX] [MINMATCHLEN min-match-len] [WITHMATCHLEN]",
+    key_flags="RO access",
 )
 def lcs(c: Client, argv: list[Any]) -> Any:
     def answer(values: list[Value | None]) -> None:

@@ -19,7 +19,7 @@ from kvd.protocol import errors
 from kvd.protocol.errors import CommandError
 
 from .args import lower, parse_int
-from .registry import FAST, LOADING, READONLY, STALE, command, run_subcommand, subcommand_help
+from .registry import LOADING, READONLY, STALE, command, run_subcommand, subcommand_help
 
 if TYPE_CHECKING:
     from kvd.connection import Client
@@ -50,6 +50,7 @@ def memory_(c: Client, argv: list[Any]) -> Any:
     parent="memory",
     summary="Estimates the memory usage of a key.",
     usage="key [SAMPLES count]",
+    key_flags="RO",
 )
 def memory_usage(c: Client, argv: list[Any]) -> None:
     i = 3
@@ -69,7 +70,16 @@ def memory_usage(c: Client, argv: list[Any]) -> None:
     c.reply.integer(ram.key_charge(key) + (ram.value_charge(entry.value) if entry.value is not None else 0))
 
 
-@command("stats", 2, "", group=G, since="4.0.0", parent="memory", summary="Returns details about memory usage.")
+@command(
+    "stats",
+    2,
+    "",
+    group=G,
+    since="4.0.0",
+    parent="memory",
+    summary="Returns details about memory usage.",
+    tips="nondeterministic_output request_policy:all_shards response_policy:special",
+)
 def memory_stats(c: Client, argv: list[Any]) -> None:
     ks = c.keyspace
     ram = ks.ram
@@ -100,7 +110,16 @@ def memory_stats(c: Client, argv: list[Any]) -> None:
     )
 
 
-@command("doctor", 2, "", group=G, since="4.0.0", parent="memory", summary="Outputs a memory problems report.")
+@command(
+    "doctor",
+    2,
+    "",
+    group=G,
+    since="4.0.0",
+    parent="memory",
+    summary="Outputs a memory problems report.",
+    tips="nondeterministic_output request_policy:all_shards response_policy:special",
+)
 def memory_doctor(c: Client, argv: list[Any]) -> None:
     ks = c.keyspace
     ram = ks.ram
@@ -134,6 +153,7 @@ def memory_doctor(c: Client, argv: list[Any]) -> None:
     since="4.0.0",
     parent="memory",
     summary="Empties the buffer pool and asks the allocator to release free memory.",
+    tips="request_policy:all_shards response_policy:all_succeeded",
 )
 def memory_purge(c: Client, argv: list[Any]) -> None:
     c.keyspace.pool.clear()
@@ -149,6 +169,7 @@ def memory_purge(c: Client, argv: list[Any]) -> None:
     since="4.0.0",
     parent="memory",
     summary="Returns the allocator's statistics.",
+    tips="nondeterministic_output request_policy:all_shards response_policy:special",
 )
 def memory_malloc_stats(c: Client, argv: list[Any]) -> None:
     stats = memory.allocator_stats()
@@ -161,7 +182,7 @@ def memory_malloc_stats(c: Client, argv: list[Any]) -> None:
 @command(
     "help",
     2,
-    f"{FAST} {LOADING} {STALE}",
+    f"{LOADING} {STALE}",
     group=G,
     since="4.0.0",
     parent="memory",

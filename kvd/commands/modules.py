@@ -48,6 +48,7 @@ def module_(c: Client, argv: list[Any]) -> Any:
     parent="module",
     complexity="O(N) where N is the number of loaded modules.",
     summary="Returns all loaded modules.",
+    tips="nondeterministic_output_order",
 )
 def module_list(c: Client, argv: list[Any]) -> None:
     c.reply.array(0)

@@ -83,6 +83,8 @@ def _lookup(c: Client, key: bytes) -> Entry | None:
     parent="object",
     summary="Returns the internal encoding of a Redis object.",
     usage="key",
+    tips="nondeterministic_output",
+    key_flags="RO",
 )
 def object_encoding(c: Client, argv: list[Any]) -> Any:
     key = bytes(argv[2])
@@ -129,6 +131,8 @@ def refcount(c: Client, entry: Entry) -> int:
     parent="object",
     summary="Returns the reference count of a value of a key.",
     usage="key",
+    tips="nondeterministic_output",
+    key_flags="RO",
 )
 def object_refcount(c: Client, argv: list[Any]) -> None:
     entry = _lookup(c, bytes(argv[2]))
@@ -146,6 +150,8 @@ def object_refcount(c: Client, argv: list[Any]) -> None:
     parent="object",
     summary="Returns the time since the last access to a Redis object.",
     usage="key",
+    tips="nondeterministic_output",
+    key_flags="RO",
 )
 def object_idletime(c: Client, argv: list[Any]) -> None:
     entry = _lookup(c, bytes(argv[2]))
@@ -165,6 +171,8 @@ def object_idletime(c: Client, argv: list[Any]) -> None:
     parent="object",
     summary="Returns the logarithmic access frequency counter of a Redis object.",
     usage="key",
+    tips="nondeterministic_output",
+    key_flags="RO",
 )
 def object_freq(c: Client, argv: list[Any]) -> None:
     if _lookup(c, bytes(argv[2])) is not None:

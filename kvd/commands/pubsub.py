@@ -13,7 +13,7 @@ from kvd.protocol import errors
 from kvd.protocol.errors import CommandError
 from kvd.pubsub import CHANNEL, PATTERN, SHARD
 
-from .registry import FAST, LOADING, STALE, command, run_subcommand, subcommand_help
+from .registry import FAST, LOADING, NOSCRIPT, PUBSUB, STALE, command, run_subcommand, subcommand_help
 
 if TYPE_CHECKING:
     from kvd.connection import Client
@@ -28,7 +28,7 @@ def _names(argv: list[Any], start: int = 1) -> list[bytes]:
 @command(
     "subscribe",
     -2,
-    f"{LOADING} {STALE}",
+    f"{PUBSUB} {NOSCRIPT} {LOADING} {STALE}",
     group=G,
     since="2.0.0",
     summary="Listens for messages published to channels.",
@@ -42,7 +42,7 @@ def subscribe(c: Client, argv: list[Any]) -> None:
 @command(
     "psubscribe",
     -2,
-    f"{LOADING} {STALE}",
+    f"{PUBSUB} {NOSCRIPT} {LOADING} {STALE}",
     group=G,
     since="2.0.0",
     usage="pattern [pattern ...]",
@@ -56,13 +56,14 @@ def psubscribe(c: Client, argv: list[Any]) -> None:
 @command(
     "ssubscribe",
     -2,
-    f"{LOADING} {STALE}",
+    f"{PUBSUB} {NOSCRIPT} {LOADING} {STALE}",
     (1, -1, 1),
     group=G,
     since="7.0.0",
     usage="shardchannel [shardchannel ...]",
     summary="Listens for messages published to shard channels.",
     complexity="O(N) where N is the number of shard channels to subscribe to.",
+    key_flags="not_key",
 )
 def ssubscribe(c: Client, argv: list[Any]) -> None:
     c.server.pubsub.subscribe(c, SHARD, _names(argv))
@@ -71,7 +72,7 @@ def ssubscribe(c: Client, argv: list[Any]) -> None:
 @command(
     "unsubscribe",
     -1,
-    f"{LOADING} {STALE}",
+    f"{PUBSUB} {NOSCRIPT} {LOADING} {STALE}",
     group=G,
     since="2.0.0",
     usage="[channel [channel ...]]",
@@ -85,7 +86,7 @@ def unsubscribe(c: Client, argv: list[Any]) -> None:
 @command(
     "punsubscribe",
     -1,
-    f"{LOADING} {STALE}",
+    f"{PUBSUB} {NOSCRIPT} {LOADING} {STALE}",
     group=G,
     since="2.0.0",
     usage="[pattern [pattern ...]]",
@@ -99,13 +100,14 @@ def punsubscribe(c: Client, argv: list[Any]) -> None:
 @command(
     "sunsubscribe",
     -1,
-    f"{LOADING} {STALE}",
+    f"{PUBSUB} {NOSCRIPT} {LOADING} {STALE}",
     (1, -1, 1),
     group=G,
     since="7.0.0",
     usage="[shardchannel [shardchannel ...]]",
     summary="Stops listening to messages posted to shard channels.",
     complexity="O(N) where N is the number of shard channels to unsubscribe.",
+    key_flags="not_key",
 )
 def sunsubscribe(c: Client, argv: list[Any]) -> None:
     c.server.pubsub.unsubscribe(c, SHARD, _names(argv) or None)
@@ -114,7 +116,7 @@ def sunsubscribe(c: Client, argv: list[Any]) -> None:
 @command(
     "publish",
     3,
-    f"{FAST} {LOADING} {STALE}",
+    f"{PUBSUB} {LOADING} {STALE} {FAST}",
     group=G,
     since="2.0.0",
     usage="channel message",
@@ -129,13 +131,14 @@ def publish(c: Client, argv: list[Any]) -> None:
 @command(
     "spublish",
     3,
-    f"{FAST} {LOADING} {STALE}",
+    f"{PUBSUB} {LOADING} {STALE} {FAST}",
     (1, 1, 1),
     group=G,
     since="7.0.0",
     usage="shardchannel message",
     summary="Post a message to a shard channel",
     complexity="O(N) where N is the number of clients subscribed to the receiving shard channel.",
+    key_flags="not_key",
 )
 def spublish(c: Client, argv: list[Any]) -> None:
     c.reply.integer(c.server.pubsub.publish(bytes(argv[1]), bytes(argv[2]), shard=True))
@@ -160,7 +163,7 @@ def pubsub(c: Client, argv: list[Any]) -> Any:
 @command(
     "channels",
     -2,
-    f"{LOADING} {STALE}",
+    f"{PUBSUB} {LOADING} {STALE}",
     group=G,
     since="2.8.0",
     parent="pubsub",
@@ -176,7 +179,7 @@ def pubsub_channels(c: Client, argv: list[Any]) -> None:
 @command(
     "shardchannels",
     -2,
-    f"{LOADING} {STALE}",
+    f"{PUBSUB} {LOADING} {STALE}",
     group=G,
     since="7.0.0",
     parent="pubsub",
@@ -198,7 +201,7 @@ def _channels(c: Client, argv: list[Any], kind: str) -> None:
 @command(
     "numsub",
     -2,
-    f"{LOADING} {STALE}",
+    f"{PUBSUB} {LOADING} {STALE}",
     group=G,
     since="2.8.0",
     parent="pubsub",
@@ -213,7 +216,7 @@ def pubsub_numsub(c: Client, argv: list[Any]) -> None:
 @command(
     "shardnumsub",
     -2,
-    f"{LOADING} {STALE}",
+    f"{PUBSUB} {LOADING} {STALE}",
     group=G,
     since="7.0.0",
     parent="pubsub",
@@ -238,7 +241,7 @@ def _numsub(c: Client, argv: list[Any], kind: str) -> None:
 @command(
     "numpat",
     2,
-    f"{LOADING} {STALE}",
+    f"{PUBSUB} {LOADING} {STALE}",
     group=G,
     since="2.8.0",
     parent="pubsub",

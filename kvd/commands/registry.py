@@ -9,6 +9,14 @@ connection then suspends that client's pipeline until the awaitable is done, whi
 Arity follows Redis: positive = exact argument count including the name, negative = at least that many.
 ``usage`` is the argument syntax shown by HELP and turned into COMMAND DOCS ``arguments`` for redis-cli's
 hints; see ``_parse_usage``.
+
+Keys are described twice, as Redis 7 describes them: the legacy (first, last, step) triple that COMMAND INFO
+still prints and client-side tracking uses, and the key specifications (``KeySpec``: where each group of keys
+starts, how far it runs, and what the command does to those keys: RO/RW/OW/RM, access/update/insert/delete).
+COMMAND GETKEYS and GETKEYSANDFLAGS read the specs; a command whose keys or flags depend on its arguments
+(SET ... GET, BITFIELD, SORT ... STORE) names a ``get_keys`` function instead, as Redis's getkeys_proc.
+Flags and tips that only describe (``noscript``, ``allow_busy``, ``request_policy:...``) are carried so that
+COMMAND INFO is Redis's byte for byte; tests/compat/test_command.py compares every command with redis-server's.
 """
 
 from __future__ import annotations
@@ -32,6 +40,43 @@ ADMIN = "admin"
 LOADING = "loading"  # runs while a replica loads its primary's snapshot (others: -LOADING)
 STALE = "stale"  # runs on a replica whose link is down under replica-serve-stale-data no (others: -MASTERDOWN)
 NO_MULTI = "no_multi"  # refused after MULTI (and the transaction fails), as Redis refuses SAVE and SHUTDOWN
+SKIP_SLOWLOG = "skip_slowlog"  # never in SLOWLOG (EXEC: the commands it ran are there)
+PUBSUB = "pubsub"
+MOVABLEKEYS = "movablekeys"  # its keys are found by ``get_keys``, not by position alone
+# Described, with no effect in kvd: it runs no scripts (noscript, allow_busy) and never loads while serving
+# (no_async_loading).
+NOSCRIPT = "noscript"
+ALLOW_BUSY = "allow_busy"
+NO_ASYNC_LOADING = "no_async_loading"
+
+# The order COMMAND INFO lists flags in (Redis's addReplyFlagsForCommand).
+FLAG_ORDER = (
+    "write", "readonly", "denyoom", "module", "admin", "pubsub", "noscript", "blocking", "loading", "stale",
+    "skip_monitor", "skip_slowlog", "asking", "fast", "no_auth", "no_mandatory_keys", "no_async_loading",
+    "no_multi", "movablekeys", "allow_busy",
+)  # fmt: skip
+# What a command does to a key, in the order Redis lists them (its addReplyFlagsForKeyArgs).
+KEY_FLAG_ORDER = (
+    "RO", "RW", "OW", "RM", "access", "update", "insert", "delete", "not_key", "incomplete", "variable_flags",
+)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class KeySpec:
+    """One group of a command's keys (a Redis 7 key specification): it begins at argument ``index`` and runs
+    to ``lastkey`` (relative to ``index``; negative: counted from the end of the arguments) in steps of
+    ``keystep``. ``index`` 0 is Redis's "unknown" search (SORT's BY and STORE keys, which ``get_keys`` finds).
+    ``flags``: what the command does to these keys, from ``KEY_FLAG_ORDER``."""
+
+    flags: tuple[str, ...]
+    index: int = 0
+    lastkey: int = 0
+    keystep: int = 1
+    limit: int = 0
+    notes: str = ""
+
+
+KeysAndFlags = list[tuple[int, tuple[str, ...]]]  # argument positions of keys, each with its key flags
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +102,10 @@ class Command:
     waits: bool = False
     # The setting that lets it run, for what Redis flags PROTECTED (DEBUG: enable-debug-command); "" for the rest.
     protected: str = ""
+    key_specs: tuple[KeySpec, ...] = ()
+    # Where the keys are when the specs cannot say (Redis's getkeys_proc): argv -> positions and flags.
+    get_keys: Callable[[list[Any]], KeysAndFlags] | None = None
+    tips: tuple[str, ...] = ()  # COMMAND INFO's hints to proxies and clients (request_policy:..., ...)
 
     def arguments(self) -> list[dict[str, Any]]:
         return _parse_usage(self.usage)
@@ -80,8 +129,22 @@ def command(
     parent: str | None = None,
     waits: bool = False,
     protected: str = "",
+    key_flags: str = "",
+    key_specs: tuple[KeySpec, ...] = (),
+    get_keys: Callable[[list[Any]], KeysAndFlags] | None = None,
+    tips: str = "",
 ) -> Callable[[Handler], Handler]:
-    """Register a handler. ``parent`` makes it a subcommand (e.g. CLIENT SETNAME) for COMMAND DOCS/INFO."""
+    """Register a handler. ``parent`` makes it a subcommand (e.g. CLIENT SETNAME) for COMMAND DOCS/INFO.
+
+    ``key_flags`` describes the one group of keys that ``keys`` locates (``"RW access update"``); a command
+    with several groups gives ``key_specs`` instead."""
+    if key_flags:
+        assert not key_specs and keys[0] > 0, name
+        first, last, step = keys
+        key_specs = (KeySpec(tuple(key_flags.split()), first, last - first if last >= 0 else last, step),)
+    for spec in key_specs:
+        assert all(flag in KEY_FLAG_ORDER for flag in spec.flags), (name, spec.flags)
+    assert all(flag in FLAG_ORDER for flag in flags.split()), (name, flags)
 
     def register(handler: Handler) -> Handler:
         cmd = Command(
@@ -100,6 +163,9 @@ def command(
             is_write=WRITE in flags.split(),
             waits=waits,
             protected=protected,
+            key_specs=key_specs,
+            get_keys=get_keys,
+            tips=tuple(tips.split()),
         )
         if parent is None:
             COMMANDS[cmd.name.encode()] = cmd
@@ -142,6 +208,7 @@ ACL_EXACT: dict[str, tuple[str, ...]] = {
     "command|count": ("slow", "connection"),
     "command|docs": ("slow", "connection"),
     "command|getkeys": ("slow", "connection"),
+    "command|getkeysandflags": ("slow", "connection"),
     "command|help": ("slow", "connection"),
     "command|info": ("slow", "connection"),
     "command|list": ("slow", "connection"),
@@ -190,12 +257,36 @@ def acl_categories(cmd: Command, parent: Command | None = None) -> list[str]:
 
 
 def command_keys(cmd: Command, argv: list[Any]) -> list[bytes]:
-    """The key arguments of ``argv`` by the command's (first, last, step): COMMAND GETKEYS, and the keys a
-    tracking client's read-only command makes kvd remember (kvd/tracking.py)."""
+    """The key arguments of ``argv`` by the command's (first, last, step): the keys a tracking client's
+    read-only command makes kvd remember (kvd/tracking.py)."""
     if cmd.first_key == 0:
         return []
     last = cmd.last_key if cmd.last_key >= 0 else len(argv) + cmd.last_key
     return [bytes(argv[i]) for i in range(cmd.first_key, min(last, len(argv) - 1) + 1, cmd.step)]
+
+
+def keys_and_flags(cmd: Command, argv: list[Any]) -> KeysAndFlags | None:
+    """Where ``argv``'s keys are and what ``cmd`` does to each (COMMAND GETKEYS and GETKEYSANDFLAGS), or None
+    when the arguments are too few for the specs. As Redis's getKeysUsingKeySpecs: every spec in turn,
+    ``not_key`` ones (SPUBLISH's channel) skipped; ``get_keys`` where the specs cannot tell."""
+    if cmd.get_keys is not None:
+        return cmd.get_keys(argv)
+    found: KeysAndFlags = []
+    argc = len(argv)
+    for spec in cmd.key_specs:
+        if "not_key" in spec.flags:
+            continue
+        first = spec.index
+        if spec.lastkey >= 0:
+            last = first + spec.lastkey
+        elif spec.limit:
+            last = first + (argc - first) // spec.limit + spec.lastkey
+        else:
+            last = argc + spec.lastkey
+        if last >= argc or last < first or first >= argc:
+            return None
+        found.extend((i, spec.flags) for i in range(first, last + 1, spec.keystep))
+    return found
 
 
 def subcommand_error(container: Command, argv: list[Any]) -> str | None:

@@ -30,7 +30,7 @@ from kvd.protocol import errors
 from kvd.protocol.errors import CommandError
 
 from .args import lower, parse_int, parse_timeout_ms
-from .registry import ADMIN, FAST, LOADING, STALE, command
+from .registry import ADMIN, FAST, LOADING, NO_ASYNC_LOADING, NOSCRIPT, STALE, command
 
 if TYPE_CHECKING:
     from kvd.connection import Client
@@ -41,7 +41,7 @@ _FOREVER_MS = 1 << 41  # about 70 years: longer is "no limit" to the event loop'
 @command(
     "role",
     1,
-    f"{FAST} {LOADING} {STALE}",
+    f"{NOSCRIPT} {LOADING} {STALE} {FAST}",
     group="server",
     since="2.8.12",
     summary="Returns the replication role.",
@@ -70,7 +70,7 @@ def role(c: Client, argv: list[Any]) -> None:
 @command(
     "wait",
     3,
-    "",
+    NOSCRIPT,
     group="generic",
     since="3.0.0",
     summary="Blocks until the asynchronous replication of all preceding write commands sent by the connection "
@@ -78,6 +78,7 @@ def role(c: Client, argv: list[Any]) -> None:
     usage="numreplicas timeout",
     complexity="O(1)",
     waits=True,
+    tips="request_policy:all_shards response_policy:agg_min",
 )
 def wait(c: Client, argv: list[Any]) -> Any:
     if c.server.link is not None:
@@ -106,13 +107,14 @@ async def _wait_replicas(c: Client, numreplicas: int, timeout: int) -> None:
 @command(
     "waitaof",
     4,
-    "",
+    NOSCRIPT,
     group="generic",
     since="7.2.0",
     summary="Blocks until all of the preceding write commands sent by the connection are written to the "
     "append-only file of the primary and/or replicas.",
     usage="numlocal numreplicas timeout",
     waits=True,
+    tips="request_policy:all_shards response_policy:agg_min",
 )
 def waitaof(c: Client, argv: list[Any]) -> Any:
     numlocal = parse_int(argv[1])
@@ -166,7 +168,7 @@ def _timeout_ms(raw: bytes) -> int:
 @command(
     "replicaof",
     3,
-    f"{ADMIN} {STALE}",
+    f"{ADMIN} {NOSCRIPT} {STALE} {NO_ASYNC_LOADING}",
     group="server",
     since="5.0.0",
     summary="Configures a server as replica of another, or promotes it to a primary.",
@@ -197,7 +199,7 @@ def replicaof(c: Client, argv: list[Any]) -> None:
 @command(
     "slaveof",
     3,
-    f"{ADMIN} {STALE}",
+    f"{ADMIN} {NOSCRIPT} {STALE} {NO_ASYNC_LOADING}",
     group="server",
     since="1.0.0",
     summary="REPLICAOF's old name.",
@@ -210,7 +212,7 @@ def slaveof(c: Client, argv: list[Any]) -> None:
 @command(
     "failover",
     -1,
-    f"{ADMIN} {STALE}",
+    f"{ADMIN} {NOSCRIPT} {STALE}",
     group="server",
     since="6.2.0",
     summary="Starts a coordinated failover from a server to one of its replicas.",

@@ -22,16 +22,20 @@ from kvd.store.glob import glob_match
 from .args import lower, text
 from .registry import (
     ADMIN,
+    ALLOW_BUSY,
     COMMANDS,
     FAST,
+    FLAG_ORDER,
     LOADING,
+    NO_ASYNC_LOADING,
     NO_MULTI,
-    NOAUTH,
+    NOSCRIPT,
     STALE,
     Command,
+    KeySpec,
     acl_categories,
     command,
-    command_keys,
+    keys_and_flags,
     run_subcommand,
     subcommand_help,
 )
@@ -50,13 +54,22 @@ log = logging.getLogger("kvd.server")
     group=G,
     summary="Returns information and statistics about the server.",
     usage="[section [section ...]]",
+    tips="nondeterministic_output request_policy:all_shards response_policy:special",
 )
 def info(c: Client, argv: list[Any]) -> None:
     sections = [text(a).lower() for a in argv[1:]]
     c.reply.verbatim(c.server.info_text(sections))
 
 
-@command("time", 1, f"{FAST} {LOADING} {STALE}", group=G, since="2.6.0", summary="Returns the server time.")
+@command(
+    "time",
+    1,
+    f"{FAST} {LOADING} {STALE}",
+    group=G,
+    since="2.6.0",
+    summary="Returns the server time.",
+    tips="nondeterministic_output",
+)
 def time_(c: Client, argv: list[Any]) -> None:
     now = time.time_ns() // 1000
     c.reply.array(2)
@@ -67,14 +80,12 @@ def time_(c: Client, argv: list[Any]) -> None:
 @command(
     "shutdown",
     -1,
-    f"{NOAUTH} {ADMIN} {LOADING} {NO_MULTI} {STALE}",
+    f"{ADMIN} {NOSCRIPT} {LOADING} {STALE} {NO_MULTI} {ALLOW_BUSY}",
     group=G,
     summary="Synchronously flushes the log and shuts down the server.",
     usage="[NOSAVE | SAVE] [NOW] [FORCE] [ABORT]",
 )
 def shutdown(c: Client, argv: list[Any]) -> None:
-    if not c.authenticated:
-        raise CommandError(errors.NOAUTH)
     for raw in argv[1:]:
         if lower(raw) not in (b"nosave", b"save", b"now", b"force", b"abort"):
             raise CommandError(errors.SYNTAX)
@@ -85,7 +96,7 @@ def shutdown(c: Client, argv: list[Any]) -> None:
 @command(
     "monitor",
     1,
-    f"{ADMIN} {LOADING} {STALE}",
+    f"{ADMIN} {NOSCRIPT} {LOADING} {STALE}",
     group=G,
     summary="Listens for all requests received by the server in real-time (kvd/monitor.py: long values cut).",
 )
@@ -108,7 +119,7 @@ _SAVE_FAILED = "ERR the log could not be fsynced: see kvd's log; writes get -MIS
 @command(
     "save",
     1,
-    f"{ADMIN} {NO_MULTI}",
+    f"{ADMIN} {NOSCRIPT} {NO_ASYNC_LOADING} {NO_MULTI}",
     group=G,
     summary="Makes everything written so far durable: the log is fsynced (kvd blocks only the caller).",
 )
@@ -129,7 +140,7 @@ def save(c: Client, argv: list[Any]) -> Any:
 @command(
     "bgsave",
     -1,
-    f"{ADMIN}",
+    f"{ADMIN} {NOSCRIPT} {NO_ASYNC_LOADING}",
     group=G,
     summary="Makes everything written so far durable in the background; LASTSAVE tells when it is done.",
     usage="[SCHEDULE]",
@@ -154,7 +165,7 @@ def bgsave(c: Client, argv: list[Any]) -> None:
 @command(
     "bgrewriteaof",
     1,
-    f"{ADMIN}",
+    f"{ADMIN} {NOSCRIPT} {NO_ASYNC_LOADING}",
     group=G,
     summary="Compacts every segment of the log that holds dead bytes, now rather than at its dead-ratio threshold.",
 )
@@ -173,6 +184,7 @@ def bgrewriteaof(c: Client, argv: list[Any]) -> None:
     f"{FAST} {LOADING} {STALE}",
     group=G,
     summary="Returns the Unix time of the last completed SAVE or BGSAVE (or of the start).",
+    tips="nondeterministic_output",
 )
 def lastsave(c: Client, argv: list[Any]) -> None:
     c.reply.integer(c.server.saves.last_save)
@@ -202,7 +214,7 @@ def config(c: Client, argv: list[Any]) -> Any:
 @command(
     "get",
     -3,
-    f"{ADMIN} {LOADING} {STALE}",
+    f"{ADMIN} {NOSCRIPT} {LOADING} {STALE}",
     group=G,
     since="2.0.0",
     parent="config",
@@ -221,12 +233,13 @@ def config_get(c: Client, argv: list[Any]) -> None:
 @command(
     "set",
     -4,
-    f"{ADMIN} {LOADING} {STALE}",
+    f"{ADMIN} {NOSCRIPT} {LOADING} {STALE}",
     group=G,
     since="2.0.0",
     parent="config",
     summary="Sets configuration parameters in-flight.",
     usage="parameter value [parameter value ...]",
+    tips="request_policy:all_nodes response_policy:all_succeeded",
 )
 def config_set(c: Client, argv: list[Any]) -> None:
     if len(argv) % 2 != 0:  # a parameter without its value
@@ -255,7 +268,7 @@ def config_set(c: Client, argv: list[Any]) -> None:
 @command(
     "rewrite",
     2,
-    f"{ADMIN} {LOADING} {STALE}",
+    f"{ADMIN} {NOSCRIPT} {LOADING} {STALE}",
     group=G,
     since="2.8.0",
     parent="config",
@@ -314,7 +327,7 @@ def _replace_file(path: str, text: str) -> None:
 @command(
     "resetstat",
     2,
-    f"{ADMIN} {LOADING} {STALE}",
+    f"{ADMIN} {NOSCRIPT} {LOADING} {STALE}",
     group=G,
     since="2.0.0",
     parent="config",
@@ -350,6 +363,7 @@ def config_help(c: Client, argv: list[Any]) -> None:
     complexity="O(N)",
     summary="Returns detailed information about all commands.",
     usage="[subcommand [argument ...]]",
+    tips="nondeterministic_output_order",
 )
 def command_(c: Client, argv: list[Any]) -> Any:
     if len(argv) == 1:
@@ -382,10 +396,7 @@ def _command_info(c: Client, cmd: Command, parent: Command | None = None) -> Non
     r.array(10)
     r.text(_full_name(cmd, parent))
     r.integer(cmd.arity)
-    flags = sorted(cmd.flags)
-    r.set(len(flags))
-    for flag in flags:
-        r.simple(flag)
+    _flag_set(c, [flag for flag in FLAG_ORDER if flag in cmd.flags])
     r.integer(cmd.first_key)
     r.integer(cmd.last_key)
     r.integer(cmd.step)
@@ -393,18 +404,66 @@ def _command_info(c: Client, cmd: Command, parent: Command | None = None) -> Non
     r.set(len(categories))
     for category in categories:
         r.simple(f"@{category}")
-    r.array(0)  # tips
-    r.array(0)  # key specs
+    r.set(len(cmd.tips))
+    for tip in cmd.tips:
+        r.text(tip)
+    r.set(len(cmd.key_specs))
+    for spec in cmd.key_specs:
+        _key_spec(c, spec)
     subs = sorted(cmd.subcommands.values(), key=lambda s: s.name)
-    r.array(len(subs))
+    r.set(len(subs))
     for sub in subs:
         _command_info(c, sub, cmd)
+
+
+def _flag_set(c: Client, flags: list[str] | tuple[str, ...]) -> None:
+    c.reply.set(len(flags))
+    for flag in flags:
+        c.reply.simple(flag)
+
+
+def _key_spec(c: Client, spec: KeySpec) -> None:
+    """One key specification as Redis's addReplyCommandKeySpecs writes it."""
+    r = c.reply
+    r.map(4 if spec.notes else 3)
+    if spec.notes:
+        r.text("notes")
+        r.text(spec.notes)
+    r.text("flags")
+    _flag_set(c, spec.flags)
+    r.text("begin_search")
+    r.map(2)
+    r.text("type")
+    if spec.index == 0:
+        r.text("unknown")
+        r.text("spec")
+        r.map(0)
+    else:
+        r.text("index")
+        r.text("spec")
+        r.map(1)
+        r.text("index")
+        r.integer(spec.index)
+    r.text("find_keys")
+    r.map(2)
+    r.text("type")
+    if spec.index == 0:
+        r.text("unknown")
+        r.text("spec")
+        r.map(0)
+        return
+    r.text("range")
+    r.text("spec")
+    r.map(3)
+    for name, value in (("lastkey", spec.lastkey), ("keystep", spec.keystep), ("limit", spec.limit)):
+        r.text(name)
+        r.integer(value)
 
 
 @command(
     "count",
     2,
-    f"{FAST} {LOADING} {STALE}",
+    f"{LOADING} {STALE}",
     group=G,
     since="2.8.13",
     parent="command",
@@ -423,6 +482,7 @@ def command_count(c: Client, argv: list[Any]) -> None:
     parent="command",
     summary="Returns a list of command names.",
     usage="[FILTERBY MODULE module-name | ACLCAT category | PATTERN pattern]",
+    tips="nondeterministic_output_order",
 )
 def command_list(c: Client, argv: list[Any]) -> None:
     """Every command and, as Redis 7 lists them, every subcommand by its full name (``client|list``); a filter
@@ -457,6 +517,7 @@ def command_list(c: Client, argv: list[Any]) -> None:
     parent="command",
     summary="Returns information about one, multiple or all commands.",
     usage="[command-name [command-name ...]]",
+    tips="nondeterministic_output_order",
 )
 def command_info(c: Client, argv: list[Any]) -> None:
     if len(argv) == 2:
@@ -480,6 +541,7 @@ def command_info(c: Client, argv: list[Any]) -> None:
     parent="command",
     summary="Returns documentary information about one, multiple or all commands.",
     usage="[command-name [command-name ...]]",
+    tips="nondeterministic_output_order",
 )
 def command_docs(c: Client, argv: list[Any]) -> None:
     if len(argv) == 2:
@@ -534,7 +596,7 @@ def _arg_pairs(arg: dict[str, Any]) -> Pairs:
 
 @command(
     "getkeys",
-    -3,
+    -4,
     f"{LOADING} {STALE}",
     group=G,
     since="2.8.13",
@@ -543,15 +605,48 @@ def _arg_pairs(arg: dict[str, Any]) -> Pairs:
     usage="command [arg [arg ...]]",
 )
 def command_getkeys(c: Client, argv: list[Any]) -> None:
-    cmd = COMMANDS.get(lower(argv[2]))
+    _getkeys(c, argv, with_flags=False)
+
+
+@command(
+    "getkeysandflags",
+    -4,
+    f"{LOADING} {STALE}",
+    group=G,
+    since="7.0.0",
+    parent="command",
+    summary="Extracts the key names and access flags for an arbitrary command.",
+    usage="command [arg [arg ...]]",
+)
+def command_getkeysandflags(c: Client, argv: list[Any]) -> None:
+    _getkeys(c, argv, with_flags=True)
+
+
+def _getkeys(c: Client, argv: list[Any], with_flags: bool) -> None:
+    """COMMAND GETKEYS / GETKEYSANDFLAGS: Redis's checks in Redis's order (the command or subcommand, whether it
+    has keys at all, its arity), then the keys its specs find."""
+    args = argv[2:]
+    cmd = COMMANDS.get(lower(args[0]))
+    if cmd is not None and cmd.subcommands and len(args) > 1:
+        cmd = cmd.subcommands.get(bytes(args[1]).lower().decode("utf-8", "replace"))
     if cmd is None:
         raise CommandError("ERR Invalid command specified")
-    args = argv[2:]
+    if cmd.get_keys is None and all("not_key" in spec.flags for spec in cmd.key_specs):
+        raise CommandError("ERR The command has no key arguments")
     if (cmd.arity > 0 and len(args) != cmd.arity) or len(args) < -cmd.arity:
         raise CommandError("ERR Invalid number of arguments specified for command")
-    if cmd.first_key == 0:
-        raise CommandError("ERR The command has no key arguments")
-    c.reply.bulk_array(command_keys(cmd, args))
+    found = keys_and_flags(cmd, args)
+    if not found:
+        raise CommandError("ERR Invalid arguments specified for command")
+    r = c.reply
+    r.array(len(found))
+    for position, flags in found:
+        if with_flags:
+            r.array(2)
+            r.bulk(args[position])
+            _flag_set(c, flags)
+        else:
+            r.bulk(args[position])
 
 
 @command(

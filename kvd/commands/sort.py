@@ -16,12 +16,41 @@ from kvd.protocol import errors
 from kvd.protocol.errors import CommandError
 
 from .args import option, parse_int
-from .registry import DENYOOM, READONLY, WRITE, command
+from .registry import DENYOOM, MOVABLEKEYS, READONLY, WRITE, KeysAndFlags, KeySpec, command
 
 if TYPE_CHECKING:
     from kvd.connection import Client
 
 G = "generic"
+
+# SORT's keys past the first: BY and GET patterns name keys only through the sorted elements, and STORE may come
+# anywhere, so the specs say "unknown" for both and ``_sort_keys`` finds the STORE key (Redis's sortGetKeys).
+_SORTED = KeySpec(("RO", "access"), 1)
+_BY_GET = KeySpec(
+    ("RO", "access"),
+    notes="For the optional BY/GET keyword. It is marked 'unknown' because the key names derive from the content of "
+    "the key we sort",
+)
+_STORE = KeySpec(
+    ("OW", "update"),
+    notes="For the optional STORE keyword. It is marked 'unknown' because the keyword can appear anywhere in the "
+    "argument array",
+)
+_OPTION_ARGS = {b"limit": 2, b"get": 1, b"by": 1}
+
+
+def _sort_keys(argv: list[Any]) -> KeysAndFlags:
+    """The sorted key, and the last STORE's destination, skipping the options' arguments as Redis does."""
+    store = 0
+    i = 2
+    while i < len(argv):
+        word = option(argv[i])
+        if word in _OPTION_ARGS:
+            i += _OPTION_ARGS[word]
+        elif word == b"store" and i + 1 < len(argv):
+            store = i + 1
+        i += 1
+    return [(1, _SORTED.flags), (store, _STORE.flags)] if store else [(1, _SORTED.flags)]
 
 
 def _sort(c: Client, argv: list[Any], read_only: bool) -> None:
@@ -57,7 +86,7 @@ def _sort(c: Client, argv: list[Any], read_only: bool) -> None:
 @command(
     "sort",
     -2,
-    f"{WRITE} {DENYOOM}",
+    f"{WRITE} {DENYOOM} {MOVABLEKEYS}",
     (1, 1, 1),
     group=G,
     complexity="O(N+M*log(M)) where N is the number of elements in the list or set to sort, and M the number of "
@@ -65,6 +94,8 @@ def _sort(c: Client, argv: list[Any], read_only: bool) -> None:
     summary="Sorts the elements in a list, a set, or a sorted set, optionally storing the result.",
     usage="key [BY pattern] [LIMIT offset count] [GET pattern [GET pattern ...]] [ASC | DESC] [ALPHA] "
     "[STORE destination]",
+    key_specs=(_SORTED, _BY_GET, _STORE),
+    get_keys=_sort_keys,
 )
 def sort(c: Client, argv: list[Any]) -> None:
     _sort(c, argv, read_only=False)
@@ -73,7 +104,7 @@ def sort(c: Client, argv: list[Any]) -> None:
 @command(
     "sort_ro",
     -2,
-    READONLY,
+    f"{READONLY} {MOVABLEKEYS}",
     (1, 1, 1),
     group=G,
     since="7.0.0",
@@ -81,6 +112,8 @@ def sort(c: Client, argv: list[Any]) -> None:
     "returned elements. When the elements are not sorted, complexity is O(N).",
     summary="Returns the sorted elements of a list, a set, or a sorted set.",
     usage="key [BY pattern] [LIMIT offset count] [GET pattern [GET pattern ...]] [ASC | DESC] [ALPHA]",
+    key_specs=(_SORTED, _BY_GET),
+    get_keys=lambda argv: [(1, _SORTED.flags)],
 )
 def sort_ro(c: Client, argv: list[Any]) -> None:
     _sort(c, argv, read_only=True)

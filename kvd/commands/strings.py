@@ -20,7 +20,7 @@ from kvd.store.keyspace import Value, now_ms
 
 from . import longdouble
 from .args import LLONG_MAX, lower, parse_int
-from .registry import DENYOOM, FAST, READONLY, WRITE, command
+from .registry import DENYOOM, FAST, READONLY, WRITE, KeySpec, command
 from .values import then, with_current
 
 if TYPE_CHECKING:
@@ -65,6 +65,7 @@ def _reply_value(c: Client, value: Any) -> Any:
     group=G,
     summary="Returns the string value of a key.",
     usage="key",
+    key_flags="RO access",
 )
 def get(c: Client, argv: list[Any]) -> Any:
     value = c.keyspace.get(bytes(argv[1]))
@@ -72,6 +73,11 @@ def get(c: Client, argv: list[Any]) -> Any:
         c.reply.bulk(value)
         return None
     return _reply_value(c, value)
+
+
+# What SET does to its key: overwrites it, or with GET reads it too (Redis's setGetKeys).
+SET_KEY = ("OW", "update")
+SET_GET_KEY = ("RW", "access", "update")
 
 
 @command(
@@ -84,6 +90,12 @@ def get(c: Client, argv: list[Any]) -> Any:
     summary="Sets the string value of a key, ignoring its type. The key is created if it doesn't exist.",
     usage="key value [NX | XX] [GET] [EX seconds | PX milliseconds | EXAT unix-time-seconds | "
     "PXAT unix-time-milliseconds | KEEPTTL]",
+    key_specs=(
+        KeySpec(
+            ("RW", "access", "update", "variable_flags"), 1, notes="RW and ACCESS due to the optional `GET` argument"
+        ),
+    ),
+    get_keys=lambda argv: [(1, SET_GET_KEY if any(lower(arg) == b"get" for arg in argv[3:]) else SET_KEY)],
 )
 def set_(c: Client, argv: list[Any]) -> Any:
     key = bytes(argv[1])
@@ -144,6 +156,7 @@ def set_(c: Client, argv: list[Any]) -> Any:
     group=G,
     summary="Set the string value of a key only when the key doesn't exist.",
     usage="key value",
+    key_flags="OW insert",
 )
 def setnx(c: Client, argv: list[Any]) -> None:
     key = bytes(argv[1])
@@ -173,6 +186,7 @@ def _setex(c: Client, argv: list[Any], unit: bytes, name: str) -> None:
     since="2.0.0",
     summary="Sets the string value and expiration time of a key.",
     usage="key seconds value",
+    key_flags="OW update",
 )
 def setex(c: Client, argv: list[Any]) -> None:
     _setex(c, argv, b"ex", "setex")
@@ -187,6 +201,7 @@ def setex(c: Client, argv: list[Any]) -> None:
     since="2.6.0",
     summary="Sets both string value and expiration time in milliseconds of a key.",
     usage="key milliseconds value",
+    key_flags="OW update",
 )
 def psetex(c: Client, argv: list[Any]) -> None:
     _setex(c, argv, b"px", "psetex")
@@ -200,6 +215,7 @@ def psetex(c: Client, argv: list[Any]) -> None:
     group=G,
     summary="Returns the previous string value of a key after setting it to a new value.",
     usage="key value",
+    key_flags="RW access update",
 )
 def getset(c: Client, argv: list[Any]) -> Any:
     key = bytes(argv[1])
@@ -218,6 +234,7 @@ def getset(c: Client, argv: list[Any]) -> Any:
     since="6.2.0",
     summary="Returns the string value of a key after deleting the key.",
     usage="key",
+    key_flags="RW access delete",
 )
 def getdel(c: Client, argv: list[Any]) -> Any:
     key = bytes(argv[1])
@@ -237,6 +254,7 @@ def getdel(c: Client, argv: list[Any]) -> Any:
     since="6.2.0",
     summary="Returns the string value of a key after setting its expiration time.",
     usage="key [EX seconds | PX milliseconds | EXAT unix-time-seconds | PXAT unix-time-milliseconds | PERSIST]",
+    key_specs=(KeySpec(("RW", "access", "update"), 1, notes="RW and UPDATE because it changes the TTL"),),
 )
 def getex(c: Client, argv: list[Any]) -> Any:
     key = bytes(argv[1])
@@ -277,6 +295,8 @@ def getex(c: Client, argv: list[Any]) -> Any:
     group=G,
     summary="Atomically returns the string values of one or more keys.",
     usage="key [key ...]",
+    tips="request_policy:multi_shard",
+    key_flags="RO access",
 )
 def mget(c: Client, argv: list[Any]) -> Any:
     values = [c.keyspace.get(bytes(k)) for k in argv[1:]]
@@ -305,6 +325,8 @@ def mget(c: Client, argv: list[Any]) -> Any:
     since="1.0.1",
     summary="Atomically creates or modifies the string values of one or more keys.",
     usage="key value [key value ...]",
+    tips="request_policy:multi_shard response_policy:all_succeeded",
+    key_flags="OW update",
 )
 def mset(c: Client, argv: list[Any]) -> None:
     if len(argv) % 2 == 0:
@@ -332,6 +354,8 @@ def _set_all(c: Client, pairs: list[tuple[bytes, Any]]) -> None:
     since="1.0.1",
     summary="Atomically modifies the string values of one or more keys only when all keys don't exist.",
     usage="key value [key value ...]",
+    tips="request_policy:multi_shard response_policy:agg_min",
+    key_flags="OW insert",
 )
 def msetnx(c: Client, argv: list[Any]) -> None:
     if len(argv) % 2 == 0:
@@ -353,6 +377,7 @@ def msetnx(c: Client, argv: list[Any]) -> None:
     since="2.2.0",
     summary="Returns the length of a string value.",
     usage="key",
+    key_flags="RO",
 )
 def strlen(c: Client, argv: list[Any]) -> None:
     entry = c.keyspace.lookup_read(bytes(argv[1]))
@@ -369,6 +394,7 @@ def strlen(c: Client, argv: list[Any]) -> None:
     complexity="O(N)",
     summary="Returns a substring of the string stored at a key.",
     usage="key start end",
+    key_flags="RO access",
 )
 def getrange(c: Client, argv: list[Any]) -> Any:
     start = parse_int(argv[2])
@@ -405,6 +431,7 @@ def getrange(c: Client, argv: list[Any]) -> Any:
     complexity="O(N)",
     summary="Returns a substring from a string value (GETRANGE's name before Redis 2.0).",
     usage="key start end",
+    key_flags="RO access",
 )
 def substr(c: Client, argv: list[Any]) -> Any:
     return getrange(c, argv)
@@ -413,12 +440,13 @@ def substr(c: Client, argv: list[Any]) -> Any:
 @command(
     "append",
     3,
-    f"{WRITE} {DENYOOM}",
+    f"{WRITE} {DENYOOM} {FAST}",
     (1, 1, 1),
     group=G,
     since="2.0.0",
     summary="Appends a string to the value of a key. Creates the key if it doesn't exist.",
     usage="key value",
+    key_flags="RW insert",
 )
 def append(c: Client, argv: list[Any]) -> Any:
     key = bytes(argv[1])
@@ -453,6 +481,7 @@ def _check_length(c: Client, total: int) -> None:
     since="2.2.0",
     summary="Overwrites a part of a string value with another by an offset. Creates the key if it doesn't exist.",
     usage="key offset value",
+    key_flags="RW update",
 )
 def setrange(c: Client, argv: list[Any]) -> Any:
     key = bytes(argv[1])
@@ -498,6 +527,7 @@ def _incr(c: Client, key: bytes, delta: int) -> Any:
     group=G,
     summary="Increments the integer value of a key by one.",
     usage="key",
+    key_flags="RW access update",
 )
 def incr(c: Client, argv: list[Any]) -> Any:
     return _incr(c, bytes(argv[1]), 1)
@@ -511,6 +541,7 @@ def incr(c: Client, argv: list[Any]) -> Any:
     group=G,
     summary="Decrements the integer value of a key by one.",
     usage="key",
+    key_flags="RW access update",
 )
 def decr(c: Client, argv: list[Any]) -> Any:
     return _incr(c, bytes(argv[1]), -1)
@@ -524,6 +555,7 @@ def decr(c: Client, argv: list[Any]) -> Any:
     group=G,
     summary="Increments the integer value of a key by a number.",
     usage="key increment",
+    key_flags="RW access update",
 )
 def incrby(c: Client, argv: list[Any]) -> Any:
     return _incr(c, bytes(argv[1]), parse_int(argv[2]))
@@ -539,6 +571,7 @@ def incrby(c: Client, argv: list[Any]) -> Any:
     summary="Increment the floating point value of a key by a number. Uses 0 as initial value if the key doesn't "
     "exist.",
     usage="key increment",
+    key_flags="RW access update",
 )
 def incrbyfloat(c: Client, argv: list[Any]) -> Any:
     key = bytes(argv[1])
@@ -568,6 +601,7 @@ def incrbyfloat(c: Client, argv: list[Any]) -> Any:
     group=G,
     summary="Decrements a number from the integer value of a key.",
     usage="key decrement",
+    key_flags="RW access update",
 )
 def decrby(c: Client, argv: list[Any]) -> Any:
     decrement = parse_int(argv[2])

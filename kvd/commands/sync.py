@@ -41,7 +41,7 @@ from kvd.store.snapshot import Snapshot
 
 from .args import lower, parse_int
 from .connection import REDIS_COMPAT_VERSION
-from .registry import ADMIN, LOADING, NO_MULTI, STALE, command
+from .registry import ADMIN, ALLOW_BUSY, LOADING, NO_ASYNC_LOADING, NO_MULTI, NOSCRIPT, STALE, command
 
 if TYPE_CHECKING:
     from kvd.connection import Client
@@ -59,7 +59,7 @@ STREAM_LOW = 2 << 20
 @command(
     "replconf",
     -1,
-    f"{ADMIN} {LOADING} {STALE}",
+    f"{ADMIN} {NOSCRIPT} {LOADING} {STALE} {ALLOW_BUSY}",
     group="server",
     since="3.0.0",
     summary="An internal command for configuring the replication stream.",
@@ -109,7 +109,7 @@ def replconf(c: Client, argv: list[Any]) -> None:
 @command(
     "sync",
     1,
-    f"{ADMIN} {NO_MULTI}",
+    f"{ADMIN} {NOSCRIPT} {NO_ASYNC_LOADING} {NO_MULTI}",
     group="server",
     since="1.0.0",
     summary="Internal command used for replication: a snapshot of the keyspace as an RDB file, then the stream.",
@@ -123,7 +123,7 @@ def sync(c: Client, argv: list[Any]) -> Any:
 @command(
     "psync",
     -3,
-    f"{ADMIN} {NO_MULTI}",
+    f"{ADMIN} {NOSCRIPT} {NO_ASYNC_LOADING} {NO_MULTI}",
     group="server",
     since="2.8.0",
     summary="Internal command used for replication: continues from the backlog, or a full resynchronisation.",

@@ -11,7 +11,7 @@ from kvd.protocol.errors import CommandError
 from kvd.tracking import ClientTracking
 
 from .args import option, parse_int
-from .registry import LOADING, STALE, command
+from .registry import LOADING, NOSCRIPT, STALE, command
 
 if TYPE_CHECKING:
     from kvd.connection import Client
@@ -26,7 +26,7 @@ def _overlap(a: bytes, b: bytes) -> bool:
 @command(
     "tracking",
     -3,
-    f"{LOADING} {STALE}",
+    f"{NOSCRIPT} {LOADING} {STALE}",
     group=G,
     since="6.0.0",
     parent="client",
@@ -117,7 +117,7 @@ def _check_prefixes(prefixes: list[bytes], existing: dict[bytes, None]) -> None:
 @command(
     "caching",
     3,
-    f"{LOADING} {STALE}",
+    f"{NOSCRIPT} {LOADING} {STALE}",
     group=G,
     since="6.0.0",
     parent="client",
@@ -147,7 +147,7 @@ def client_caching(c: Client, argv: list[Any]) -> None:
 @command(
     "getredir",
     2,
-    f"{LOADING} {STALE}",
+    f"{NOSCRIPT} {LOADING} {STALE}",
     group=G,
     since="6.0.0",
     parent="client",
@@ -160,7 +160,7 @@ def client_getredir(c: Client, argv: list[Any]) -> None:
 @command(
     "trackinginfo",
     2,
-    f"{LOADING} {STALE}",
+    f"{NOSCRIPT} {LOADING} {STALE}",
     group=G,
     since="6.2.0",
     parent="client",

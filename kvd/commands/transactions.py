@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from kvd.protocol.errors import CommandError
 
-from .registry import COMMANDS, FAST, LOADING, STALE, command
+from .registry import ALLOW_BUSY, COMMANDS, FAST, LOADING, NOSCRIPT, SKIP_SLOWLOG, STALE, command
 
 if TYPE_CHECKING:
     from kvd.connection import Client
@@ -24,7 +24,14 @@ if TYPE_CHECKING:
 G = "transactions"
 
 
-@command("multi", 1, f"{FAST} {LOADING} {STALE}", group=G, since="1.2.0", summary="Starts a transaction.")
+@command(
+    "multi",
+    1,
+    f"{NOSCRIPT} {LOADING} {STALE} {FAST} {ALLOW_BUSY}",
+    group=G,
+    since="1.2.0",
+    summary="Starts a transaction.",
+)
 def multi(c: Client, argv: list[Any]) -> None:
     if c.in_multi:
         raise CommandError("ERR MULTI calls can not be nested")
@@ -35,7 +42,7 @@ def multi(c: Client, argv: list[Any]) -> None:
 @command(
     "exec",
     1,
-    f"{LOADING} {STALE}",
+    f"{NOSCRIPT} {LOADING} {STALE} {SKIP_SLOWLOG}",
     group=G,
     since="1.2.0",
     complexity="depends on the queued commands",
@@ -48,7 +55,14 @@ def exec_(c: Client, argv: list[Any]) -> Any:
     return c.exec_multi(argv)  # shows EXEC itself, after the commands it runs
 
 
-@command("discard", 1, f"{FAST} {LOADING} {STALE}", group=G, since="2.0.0", summary="Discards a transaction.")
+@command(
+    "discard",
+    1,
+    f"{NOSCRIPT} {LOADING} {STALE} {FAST} {ALLOW_BUSY}",
+    group=G,
+    since="2.0.0",
+    summary="Discards a transaction.",
+)
 def discard(c: Client, argv: list[Any]) -> None:
     if not c.in_multi:
         raise CommandError("ERR DISCARD without MULTI")
@@ -59,13 +73,14 @@ def discard(c: Client, argv: list[Any]) -> None:
 @command(
     "watch",
     -2,
-    f"{FAST} {LOADING} {STALE}",
+    f"{NOSCRIPT} {LOADING} {STALE} {FAST} {ALLOW_BUSY}",
     (1, -1, 1),
     group=G,
     since="2.2.0",
     complexity="O(1) for every key",
     summary="Monitors changes to keys to determine the execution of a transaction.",
     usage="key [key ...]",
+    key_flags="RO",
 )
 def watch(c: Client, argv: list[Any]) -> None:
     if c.in_multi:
@@ -77,7 +92,7 @@ def watch(c: Client, argv: list[Any]) -> None:
 @command(
     "unwatch",
     1,
-    f"{FAST} {LOADING} {STALE}",
+    f"{NOSCRIPT} {LOADING} {STALE} {FAST} {ALLOW_BUSY}",
     group=G,
     since="2.2.0",
     summary="Forgets about all watched keys of a transaction.",

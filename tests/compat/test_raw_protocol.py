@@ -125,6 +125,10 @@ def test_noauth_and_wrongpass(server_factory):
         assert c.command("GET", "k") == b"-NOAUTH Authentication required.\r\n"
         assert c.command("SET", "k", "v") == b"-NOAUTH Authentication required.\r\n"
         assert c.command("UNWATCH") == b"-NOAUTH Authentication required.\r\n"
+        # SHUTDOWN is no exception: refused before its arguments are looked at, and the server stays up
+        assert c.command("SHUTDOWN", "NOSAVE") == b"-NOAUTH Authentication required.\r\n"
+        assert c.command("SHUTDOWN", "bogus") == b"-NOAUTH Authentication required.\r\n"
+        assert c.command("PING") == b"-NOAUTH Authentication required.\r\n"
         # Redis checks the command, its argument count and its subcommand before authentication
         assert c.command("GET") == b"-ERR wrong number of arguments for 'get' command\r\n"
         assert c.command("CLIENT", "FOO") == b"-ERR unknown subcommand 'FOO'. Try CLIENT HELP.\r\n"

@@ -226,7 +226,9 @@ def _parse(buf: bytes, pos: int) -> tuple[Any, int]:
         for _ in range(n):
             v, p = _parse(buf, p)
             items.append(v)
-        return (set(items) if kind == b"~" else items), p
+        if kind == b"~" and all(isinstance(v, (bytes, int, str, float, type(None))) for v in items):
+            return set(items), p
+        return items, p  # an array, push, or a set of maps (COMMAND INFO's key specs)
     if kind in (b"%", b"|"):
         n = int(head)
         d = {}
