@@ -394,6 +394,8 @@ _FIXED_WHY = {
     "databases": "kvd has one database (0)",
     "enable-module-command": "kvd loads no modules (MODULE LIST answers an empty list)",
 }
+# The fixed names Redis cannot change at run time either: CONFIG SET refuses them whatever the value, as Redis does.
+_FIXED_IMMUTABLE = {"databases", "enable-module-command"}
 
 
 # -- conversion -----------------------------------------------------------------------------------------------
@@ -639,6 +641,8 @@ def apply_runtime(s: Settings, key: str, value: str) -> Settings:
     """
     given = key.strip().lower()
     name = SYNONYMS.get(given, given)
+    if name in _FIXED_IMMUTABLE:
+        raise _fail("", "can't set immutable config")
     if name in FIXED:
         try:
             _fixed(name, value)

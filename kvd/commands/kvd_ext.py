@@ -35,7 +35,8 @@ MAX_COUNTERS = 64
     since="0.1.0",
     complexity="O(N)",
     summary="Returns how many leading keys of the list exist (the cached prefix length).",
-    usage="key [key ...]",    key_flags="RO",  # reads whether each exists, as EXISTS, not the values
+    usage="key [key ...]",
+    key_flags="RO",  # reads whether each exists, as EXISTS, not the values
 )
 def prefixlen(c: Client, argv: list[Any]) -> None:
     found = c.keyspace.prefix_length([bytes(k) for k in argv[1:]])

@@ -251,6 +251,22 @@ def test_config_get_is_a_map_in_resp3(module_server):
         assert r3[2:] == r2[2:]
 
 
+def test_config_set_refuses_immutable_configs_whatever_the_value(module_server):
+    """Redis refuses CONFIG SET of an immutable config even to its current value, and sets none of a batch that
+    names one; kvd's one database and its absent module API are immutable there too."""
+    with module_server.raw() as c:
+        before = c.command("CONFIG", "GET", "maxmemory")
+        for name, value in (("databases", "1"), ("enable-module-command", "no")):
+            assert (
+                c.command("CONFIG", "SET", name, value)
+                == (
+                    f"-ERR CONFIG SET failed (possibly related to argument '{name}') - can't set immutable config\r\n"
+                ).encode()
+            )
+        assert c.command("CONFIG", "SET", "maxmemory", "7mb", "databases", "1").startswith(b"-ERR CONFIG SET")
+        assert c.command("CONFIG", "GET", "maxmemory") == before
+
+
 def test_scan_reply_shape(module_server):
     with module_server.raw() as c:
         for i in range(5):

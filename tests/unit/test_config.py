@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from kvd.config import (
+    FIXED,
     RUNTIME_KEYS,
     SPECS,
     ConfigError,
@@ -541,7 +542,10 @@ def test_redis_names_on_the_command_line_and_in_the_file(tmp_path: Path) -> None
 def test_redis_names_at_run_time() -> None:
     s = Settings()  # persistence on
     assert apply_runtime(s, "appendonly", "yes") is s
-    assert apply_runtime(s, "save", "") is s and apply_runtime(s, "databases", "1") is s
+    assert apply_runtime(s, "save", "") is s
+    for immutable in ("databases", "enable-module-command"):  # as Redis: refused even at their one value
+        with pytest.raises(ConfigError, match=r"^can't set immutable config$"):
+            apply_runtime(s, immutable, FIXED[immutable])
     assert all(is_setting(name) for name in ("appendonly", "SAVE", "databases"))
     with pytest.raises(ConfigError, match=r"^appendonly: is kvd's persistence, which cannot be changed at run time"):
         apply_runtime(s, "appendonly", "no")
