@@ -34,6 +34,7 @@ On a difference the failure names the seed, the step, the request, both replies 
 
 from __future__ import annotations
 
+import os
 import random
 import re
 import time
@@ -429,8 +430,20 @@ def pair(servers: tuple[ServerProcess, ServerProcess], request: pytest.FixtureRe
     p.close()
 
 
+def _seeds(default: list[int]) -> list[int]:
+    """The seeds to run: ``default``, or ``KVD_DIFFERENTIAL_SEEDS`` (``"1-200"``, ``"7,9"``) for a longer soak."""
+    given = os.environ.get("KVD_DIFFERENTIAL_SEEDS", "")
+    if not given:
+        return default
+    seeds: list[int] = []
+    for part in given.split(","):
+        low, _, high = part.partition("-")
+        seeds.extend(range(int(low), int(high or low) + 1))
+    return seeds
+
+
 @pytest.mark.parametrize("protocol", [2, 3])
-@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("seed", _seeds([1, 2, 3]))
 def test_random_requests_get_the_same_replies(pair: Pair, seed: int, protocol: int) -> None:
     grammar = Grammar(seed * 10 + protocol)
     if protocol == 3:
@@ -445,7 +458,7 @@ def test_random_requests_get_the_same_replies(pair: Pair, seed: int, protocol: i
             pair.both(pair.other, [b"KEYS", b"*"], "other", step)
 
 
-@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("seed", _seeds([1, 2]))
 def test_requests_around_auth_get_the_same_replies(tmp_path: Path, seed: int) -> None:
     """With requirepass: the order of Redis's checks before authentication (unknown command, argument count and
     subcommand come before NOAUTH; a refused EXEC aborts), AUTH and HELLO ... AUTH with right and wrong
@@ -511,7 +524,7 @@ def compare_inputs(servers: tuple[ServerProcess, ServerProcess], inputs: Iterato
                     conn.command("FLUSHALL")
 
 
-@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("seed", _seeds([1, 2]))
 def test_inline_commands_get_the_same_replies(servers: tuple[ServerProcess, ServerProcess], seed: int) -> None:
     rng = random.Random(seed)
 
@@ -524,7 +537,7 @@ def test_inline_commands_get_the_same_replies(servers: tuple[ServerProcess, Serv
     compare_inputs(servers, lines(), seed)
 
 
-@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("seed", _seeds([1, 2]))
 def test_malformed_framing_gets_the_same_replies(servers: tuple[ServerProcess, ServerProcess], seed: int) -> None:
     rng = random.Random(seed)
 
