@@ -3,7 +3,8 @@
 Each step sends one request to both servers and compares the replies. The streams come from a seeded grammar
 over kvd's commands: valid and invalid options, integers at the edges of 64 bits, wrong argument counts,
 unknown commands and subcommands, MULTI/EXEC with WATCH while a second connection writes, HELLO switching
-between RESP2 and RESP3 in the middle of a stream. The hand-written byte tests (``test_raw_protocol.py``)
+between RESP2 and RESP3 in the middle of a stream; and for one request in ten, COMMAND GETKEYSANDFLAGS of it
+(where each server finds its keys and what it does to them). The hand-written byte tests (``test_raw_protocol.py``)
 pin what someone thought of; this finds what nobody did (it found nine differences when it was written:
 DECRBY of -2**63, GETEX's option rules and missing-key order, EXPIRE's option-before-amount order, SCAN's
 cursor syntax, a bad subcommand or EXEC's own arity error inside MULTI, CONFIG SET's checks, NUL bytes in
@@ -450,7 +451,10 @@ def test_random_requests_get_the_same_replies(pair: Pair, seed: int, protocol: i
         pair.both(pair.main, [b"HELLO", b"3"], "main", -1)
     steps = 4000
     for step in range(steps):
-        pair.both(pair.main, grammar.request(), "main", step)
+        request = grammar.request()
+        pair.both(pair.main, request, "main", step)
+        if grammar.rng.random() < 0.1:  # where each server finds its keys, and what it does to them
+            pair.both(pair.other, [b"COMMAND", b"GETKEYSANDFLAGS", *request], "other", step)
         if grammar.rng.random() < 0.05:  # another client writes: WATCH must see it, EXEC must not be touched
             pair.both(pair.other, grammar.pick([grammar.set_, lambda: [b"DEL", grammar.key()], grammar.expire])(),
                       "other", step)  # fmt: skip
