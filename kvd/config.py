@@ -390,7 +390,7 @@ RUNTIME_KEYS: frozenset[str] = frozenset(spec.name for spec in SPECS if spec.run
 SYNONYMS: dict[str, str] = {"appendonly": "persistence"}
 FIXED: dict[str, str] = {"save": "", "databases": "1", "enable-module-command": "no"}
 _FIXED_WHY = {
-    "save": "kvd takes no scheduled snapshots (every write is in its log; BGSAVE writes an RDB file on demand)",
+    "save": "kvd takes no scheduled snapshots (every write is in its log; SAVE and BGSAVE fsync it on demand)",
     "databases": "kvd has one database (0)",
     "enable-module-command": "kvd loads no modules (MODULE LIST answers an empty list)",
 }

@@ -303,20 +303,67 @@ def _memory(s: Server) -> list[tuple[str, object]]:
     ]
 
 
+# What Redis 7.0 prints in Persistence when it has no AOF, for what kvd's log has no part in (no fork, so no
+# copy-on-write; no RDB loaded at start-up; no modules).
+_NO_FORK: tuple[tuple[str, object], ...] = (
+    ("current_cow_peak", 0),
+    ("current_cow_size", 0),
+    ("current_cow_size_age", 0),
+    ("current_fork_perc", "0.00"),
+    ("current_save_keys_processed", 0),
+    ("current_save_keys_total", 0),
+)
+_NO_AOF: dict[str, object] = {
+    "aof_rewrite_in_progress": 0,
+    "aof_rewrite_scheduled": 0,
+    "aof_last_rewrite_time_sec": -1,
+    "aof_current_rewrite_time_sec": -1,
+    "aof_last_bgrewrite_status": "ok",
+    "aof_rewrites": 0,
+    "aof_rewrites_consecutive_failures": 0,
+    "aof_last_write_status": "ok",
+}
+_AOF_ONLY = ("aof_current_size", "aof_base_size", "aof_pending_rewrite", "aof_buffer_length")
+_AOF_ONLY += ("aof_pending_bio_fsync", "aof_delayed_fsync")
+# The log's counters that Redis's fields above already show: aof_current_size, aof_buffer_length, aof_delayed_fsync.
+_SHOWN_BY_REDIS_NAME = {"aof_disk_bytes", "aof_pending_bytes", "aof_delayed_fsyncs"}
+
+
 def _persistence(s: Server) -> list[tuple[str, object]]:
+    """Redis 7.0's fields in its order (a SAVE is an fsync of the log, a maintenance job of the log a rewrite:
+    ``SegmentLog.redis_stats``), then kvd's own: the log's segments and counters, and recovery's report."""
     seg_log = s.keyspace.log
+    saves = s.saves
+    aof = seg_log.redis_stats() if seg_log is not None else _NO_AOF
     rows: list[tuple[str, object]] = [
         ("loading", int(s.loading is not None)),
         ("async_loading", 0),
-        ("rdb_changes_since_last_save", s.saves.changes_since_last_save()),
-        ("rdb_bgsave_in_progress", int(s.saves.in_progress)),
-        ("rdb_last_save_time", s.saves.last_save),
-        ("rdb_last_bgsave_status", "ok" if s.saves.last_ok else "err"),
+        *_NO_FORK,
+        ("rdb_changes_since_last_save", saves.changes_since_last_save()),
+        ("rdb_bgsave_in_progress", int(saves.in_progress)),
+        ("rdb_last_save_time", saves.last_save),
+        ("rdb_last_bgsave_status", "ok" if saves.last_ok else "err"),
+        ("rdb_last_bgsave_time_sec", saves.last_seconds),
+        ("rdb_current_bgsave_time_sec", saves.running_seconds()),
+        ("rdb_saves", saves.done),
+        ("rdb_last_cow_size", 0),
+        ("rdb_last_load_keys_expired", 0),
+        ("rdb_last_load_keys_loaded", 0),
         ("aof_enabled", 1 if seg_log is not None else 0),
-        ("appendfsync", s.settings.appendfsync if seg_log is not None else "off"),
+        *((name, aof[name]) for name in _NO_AOF),
+        ("aof_last_cow_size", 0),
+        ("module_fork_in_progress", 0),
+        ("module_fork_last_cow_size", 0),
     ]
     if seg_log is not None:
-        rows.extend((f"aof_{k}" if not k.startswith("aof_") else k, v) for k, v in seg_log.stats().items())
+        rows.extend((name, aof[name]) for name in _AOF_ONLY)
+    rows.append(("appendfsync", s.settings.appendfsync if seg_log is not None else "off"))
+    if seg_log is not None:
+        shown = {name for name, _ in rows} | _SHOWN_BY_REDIS_NAME
+        for k, v in seg_log.stats().items():
+            name = k if k.startswith("aof_") else f"aof_{k}"
+            if name not in shown:
+                rows.append((name, v))
     if s.recovery is not None:
         r = s.recovery
         rows.extend(

@@ -134,6 +134,14 @@ class SegmentLog(SegmentLogHooks):
         self.rewrite_pending: set[int] | None = None  # segment ids a BGREWRITEAOF still has to compact
         self.rewrites_started = 0
         self.maint_resume_at = 0.0  # loop time before which no new job starts (after a failed rewrite)
+        # How maintenance jobs (compactions and disk evictions, kvd's AOF rewrites) went, for INFO's aof_*rewrite*
+        # fields: the last one's seconds and outcome, failures in a row, and the log's size after the last one
+        # (or after recovery), Redis's aof_base_size.
+        self.job_started_at = 0.0
+        self.last_job_seconds = -1
+        self.last_job_ok = True
+        self.job_failures_in_a_row = 0
+        self.base_bytes = 0
 
         # counters
         self.appended_records = 0
@@ -171,6 +179,7 @@ class SegmentLog(SegmentLogHooks):
         self._next_seg = max(self._segments) + 1
         self._w_seg, self._w_end = rec.active.id, rec.tail
         self._recovered = True
+        self.base_bytes = self.disk_bytes()
         return rec.keys, rec.report
 
     def open_directory(self) -> None:
@@ -668,18 +677,30 @@ class SegmentLog(SegmentLogHooks):
         if self.job is None and self._misconf is None and self._loop.time() >= self.maint_resume_at:
             self.job = maintenance.pick_job(self)
             if self.job is not None:
+                self.job_started_at = self._loop.time()
                 task = self._loop.create_task(maintenance.run_job(self, self.job))
                 self.job.task = task
                 task.add_done_callback(self._job_done)
 
     def _job_done(self, task: asyncio.Task[None]) -> None:
-        self.job = None
-        if not task.cancelled() and task.exception() is not None:
+        job, self.job = self.job, None
+        failed = not task.cancelled() and task.exception() is not None
+        if failed or (job is not None and not job.aborted):
+            self._job_outcome(ok=not failed and not (job is not None and job.failed))
+        if failed:
             self.logger.error("segment maintenance failed", exc_info=task.exception())
         elif not self._closing and self._loop is not None:
             # The next job starts now, not at the next tick: under a stream of overwrites, one job per tick
             # fell behind the segments the writer filled (with 1 MiB segments), and disk use grew.
             self._loop.call_soon(self._start_job)
+
+    def _job_outcome(self, ok: bool) -> None:
+        assert self._loop is not None
+        self.last_job_seconds = int(self._loop.time() - self.job_started_at)
+        self.last_job_ok = ok
+        self.job_failures_in_a_row = 0 if ok else self.job_failures_in_a_row + 1
+        if ok:
+            self.base_bytes = self.disk_bytes()
 
     def rewrite(self) -> bool:
         """BGREWRITEAOF: compact every segment with dead bytes now (``maintenance.request_rewrite``); False if
@@ -783,6 +804,27 @@ class SegmentLog(SegmentLogHooks):
             "lost_records": self.lost_records,
             "aof_last_write_status": "err" if self._misconf else "ok",
             "rewrite_in_progress": 1 if self.job is not None or self.rewrite_in_progress else 0,
+        }
+
+    def redis_stats(self) -> dict[str, int | str]:
+        """INFO persistence's aof_* fields by Redis's names, each the quantity of kvd's log closest to Redis's:
+        a maintenance job (a compaction or a disk eviction) is a rewrite, the log's bytes on disk its size."""
+        running = self.job is not None and self._loop is not None
+        return {
+            "aof_rewrite_in_progress": 1 if self.job is not None or self.rewrite_in_progress else 0,
+            "aof_rewrite_scheduled": 1 if self.rewrite_in_progress and self.job is None else 0,
+            "aof_last_rewrite_time_sec": self.last_job_seconds,
+            "aof_current_rewrite_time_sec": int(self._loop.time() - self.job_started_at) if running else -1,
+            "aof_last_bgrewrite_status": "ok" if self.last_job_ok else "err",
+            "aof_rewrites": self.rewrites_started,
+            "aof_rewrites_consecutive_failures": self.job_failures_in_a_row,
+            "aof_last_write_status": "err" if self._misconf else "ok",
+            "aof_current_size": self.disk_bytes(),
+            "aof_base_size": self.base_bytes,
+            "aof_pending_rewrite": 0,
+            "aof_buffer_length": self._pending_bytes,
+            "aof_pending_bio_fsync": 1 if self._syncer is not None and self._syncer.syncing else 0,
+            "aof_delayed_fsync": self._syncer.delayed_fsyncs if self._syncer else 0,
         }
 
 

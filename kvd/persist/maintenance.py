@@ -71,6 +71,7 @@ class Job:
     seg: Segment
     mode: str  # "compact" | "evict"
     aborted: bool = False
+    failed: bool = False  # it could not do its work (a rewrite in place the disk refused); INFO says err
     task: asyncio.Task[None] | None = None
 
 
@@ -200,6 +201,7 @@ async def _rewrite_in_place(log: SegmentLog, job: Job, keep: list[Record]) -> No
     try:
         done = await loop.run_in_executor(log._maint, rewrite, seg, ranges, lambda: job.aborted)
     except OSError as exc:
+        job.failed = True
         log.maint_resume_at = loop.time() + RETRY_AFTER_FAILURE
         log.logger.warning(
             "rewriting %s failed (%s); it stays as it was, compaction resumes in %.0f s",
@@ -297,7 +299,8 @@ async def _carry_forward(log: SegmentLog, job: Job, records: list[Record]) -> No
                 if fut is not None:
                     try:
                         await fut
-                    except PersistError:
+                    except PersistError:  # the log refuses writes: the job stops where it is
+                        job.failed = True
                         return
         elif r.rtype in (DEL, EXPIRE):
             h = hash(r.key)

@@ -24,6 +24,9 @@ class Saves:
         self.log = seg_log
         self.last_save = int(started_at)  # as Redis: the start (what recovery loaded was on disk already)
         self.last_ok = True
+        self.done = 0  # saves that completed (INFO rdb_saves)
+        self.last_seconds = -1  # how long the last one took (rdb_last_bgsave_time_sec)
+        self._started_at = 0.0
         self._records_at_save = _written_by_clients(seg_log) if seg_log is not None else 0
         self._running: asyncio.Future[bool] | None = None
         self._next: asyncio.Future[bool] | None = None
@@ -31,6 +34,10 @@ class Saves:
     @property
     def in_progress(self) -> bool:
         return self._running is not None
+
+    def running_seconds(self) -> int:
+        """How long the running save has taken, -1 if none runs (rdb_current_bgsave_time_sec)."""
+        return int(time.monotonic() - self._started_at) if self._running is not None else -1
 
     def changes_since_last_save(self) -> int:
         return _written_by_clients(self.log) - self._records_at_save if self.log is not None else 0
@@ -49,6 +56,7 @@ class Saves:
     def _start(self) -> asyncio.Future[bool]:
         assert self.log is not None
         records = _written_by_clients(self.log)
+        self._started_at = time.monotonic()
         future = self.log.durable()
         future.add_done_callback(lambda f: self._done(f, records))
         return future
@@ -56,7 +64,9 @@ class Saves:
     def _done(self, future: asyncio.Future[bool], records: int) -> None:
         ok = _succeeded(future)
         self.last_ok = ok
+        self.last_seconds = int(time.monotonic() - self._started_at)
         if ok:
+            self.done += 1
             self.last_save = int(time.time())
             self._records_at_save = records
         self._running, waiting, self._next = None, self._next, None

@@ -500,6 +500,7 @@ class Syncer(threading.Thread):
         self.logger = logger
         self.stop_event = threading.Event()
         self.delayed_fsyncs = 0
+        self.syncing = False  # an fdatasync is under way (INFO aof_pending_bio_fsync)
 
     def run(self) -> None:
         w = self.writer
@@ -508,6 +509,7 @@ class Syncer(threading.Thread):
             if end <= w.synced_end or seg.closed or w.failed:
                 continue
             started = time.monotonic()
+            self.syncing = True
             try:
                 w._fdatasync(seg.fd)
             except OSError as exc:
@@ -517,6 +519,8 @@ class Syncer(threading.Thread):
                 self.logger.error("background fsync of %s failed: %s", seg.path, exc)
                 w.post(self.on_error, strerror(exc))
                 continue
+            finally:
+                self.syncing = False
             if w.cur is seg and w.synced_end < end:
                 w.synced_end = end
             took = time.monotonic() - started

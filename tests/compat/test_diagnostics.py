@@ -303,3 +303,59 @@ def test_info_has_the_memory_cpu_and_server_fields_dashboards_read(server):
     info = r.info("server")
     assert info["hz"] == info["configured_hz"] == 10
     assert 0 <= info["lru_clock"] < 1 << 24
+
+
+# Redis 7.0's Persistence fields in its order; with an AOF (kvd: its log) the REDIS_AOF_ONLY ones follow.
+REDIS_PERSISTENCE = [
+    "loading", "async_loading", "current_cow_peak", "current_cow_size", "current_cow_size_age", "current_fork_perc",
+    "current_save_keys_processed", "current_save_keys_total", "rdb_changes_since_last_save",
+    "rdb_bgsave_in_progress", "rdb_last_save_time", "rdb_last_bgsave_status", "rdb_last_bgsave_time_sec",
+    "rdb_current_bgsave_time_sec", "rdb_saves", "rdb_last_cow_size", "rdb_last_load_keys_expired",
+    "rdb_last_load_keys_loaded", "aof_enabled", "aof_rewrite_in_progress", "aof_rewrite_scheduled",
+    "aof_last_rewrite_time_sec", "aof_current_rewrite_time_sec", "aof_last_bgrewrite_status", "aof_rewrites",
+    "aof_rewrites_consecutive_failures", "aof_last_write_status", "aof_last_cow_size", "module_fork_in_progress",
+    "module_fork_last_cow_size"
+]  # fmt: skip
+REDIS_AOF_ONLY = [
+    "aof_current_size", "aof_base_size", "aof_pending_rewrite", "aof_buffer_length", "aof_pending_bio_fsync",
+    "aof_delayed_fsync"
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("persistence", [False, True])
+def test_info_persistence_has_redis_s_fields_in_redis_s_order(server_factory, persistence):
+    """Monitoring reads these (a save's and a rewrite's duration and outcome, the log's size and backlog): the
+    same names in the same order on both servers, and values that follow a BGSAVE and a BGREWRITEAOF."""
+    r = server_factory(persistence=persistence).client()
+
+    def fields() -> dict:
+        return r.info("persistence")
+
+    known = set(REDIS_PERSISTENCE + REDIS_AOF_ONLY)
+    assert [name for name in fields() if name in known] == REDIS_PERSISTENCE + (REDIS_AOF_ONLY if persistence else [])
+    info = fields()
+    assert info["aof_enabled"] == int(persistence)
+    assert info["rdb_last_bgsave_time_sec"] == info["rdb_current_bgsave_time_sec"] == -1 and info["rdb_saves"] == 0
+    assert info["aof_last_bgrewrite_status"] == info["aof_last_write_status"] == "ok"
+    if not persistence:
+        return
+    for n in range(20):  # overwrites: dead bytes for the rewrite to drop
+        r.set("k", str(n) * 4096)
+
+    def settled(field: str) -> dict:
+        deadline = time.monotonic() + 30
+        while (info := fields())[field] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return info
+
+    assert r.bgsave()
+    info = settled("rdb_bgsave_in_progress")
+    assert info["rdb_saves"] == 1 and info["rdb_last_bgsave_time_sec"] >= 0 and info["rdb_last_bgsave_status"] == "ok"
+    assert info["rdb_current_bgsave_time_sec"] == -1 and info["rdb_changes_since_last_save"] == 0
+    assert info["aof_current_size"] > 20 * 4096 - 4096  # every overwrite is still in the log
+    assert r.bgrewriteaof()
+    info = settled("aof_rewrite_in_progress")
+    assert info["aof_rewrites"] == 1 and info["aof_last_rewrite_time_sec"] >= 0
+    assert info["aof_current_rewrite_time_sec"] == -1 and info["aof_rewrites_consecutive_failures"] == 0
+    assert info["aof_last_bgrewrite_status"] == "ok" and info["aof_current_size"] < 4 * 4096  # the dead ones went
+    assert info["aof_buffer_length"] >= 0 and info["aof_pending_bio_fsync"] in (0, 1)

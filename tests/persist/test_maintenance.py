@@ -420,9 +420,15 @@ async def test_a_failed_rewrite_changes_nothing_and_is_retried(seg_dir: Path) ->
         await wait_for(lambda: log.job is None, timeout=5)
         assert log.maint_resume_at > asyncio.get_running_loop().time()  # paused, not retrying every tick
         assert log.stats()["rewritten_bytes"] == 0
+        failed = log.redis_stats()  # INFO: the last rewrite failed, once in a row
+        assert failed["aof_last_bgrewrite_status"] == "err" and failed["aof_rewrites_consecutive_failures"] == 1
         assert not _rewrite_leftovers(seg_dir)
         await _check_all(owner, model)
         await wait_for(lambda: log.stats()["rewritten_bytes"] > 0, timeout=20)
+    await wait_for(lambda: log.job is None, timeout=5)
+    done = log.redis_stats()
+    assert done["aof_last_bgrewrite_status"] == "ok" and done["aof_rewrites_consecutive_failures"] == 0
+    assert done["aof_last_rewrite_time_sec"] >= 0 and done["aof_base_size"] == done["aof_current_size"]
     assert failures == 2
     await _check_all(owner, model)
     log, owner, _ = await reopen(log, segment_size=SEG)

@@ -527,7 +527,7 @@ def test_redis_names_on_the_command_line_and_in_the_file(tmp_path: Path) -> None
     assert load_settings(path).persistence is False
     assert error_of(None, "--appendonly", "maybe") == "--appendonly: expected yes or no, got 'maybe'"
     assert error_of(None, "--save", "900 1") == (
-        "--save: kvd takes no scheduled snapshots (every write is in its log; BGSAVE writes an RDB file on "
+        "--save: kvd takes no scheduled snapshots (every write is in its log; SAVE and BGSAVE fsync it on "
         "demand): only \"\" is accepted, got '900 1'"
     )
     assert error_of(path, "--databases", "16") == (
