@@ -852,6 +852,10 @@ class Client(asyncio.BufferedProtocol):
         """Replies not yet handed to the socket: written into this batch or still in the transport."""
         return bool(self._out) or self.output_bytes() > 0
 
+    def input_bytes(self) -> int:
+        """Request bytes received and not yet parsed (CLIENT LIST's rbs, INFO client_recent_max_input_buffer)."""
+        return len(self.parser._buf)
+
     def output_bytes(self) -> int:
         """Reply bytes the transport still holds for this client (CLIENT LIST's omem, MEMORY STATS)."""
         return self.transport.get_write_buffer_size() if self.transport and not self._closed else 0
@@ -885,8 +889,8 @@ class Client(asyncio.BufferedProtocol):
             f"age={int(now - self.created)} idle={int(self.idle(now))} flags={self._flags()} db=0 "
             f"sub={len(subs.channel) if subs else 0} psub={len(subs.pattern) if subs else 0} "
             f"ssub={len(subs.shard) if subs else 0} multi={len(self._multi) if self._multi is not None else -1} "
-            f"qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs={len(self.parser._buf)} rbp=0 obl=0 oll=0 "
-            f"omem={out_size} tot-mem={out_size + len(self.parser._buf)} events=r cmd={self.last_command} "
+            f"qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs={self.input_bytes()} rbp=0 obl=0 oll=0 "
+            f"omem={out_size} tot-mem={out_size + self.input_bytes()} events=r cmd={self.last_command} "
             f"user=default redir={redirect} resp={self.reply.proto} lib-name={self.lib_name.decode(errors='replace')} "
             f"lib-ver={self.lib_ver.decode(errors='replace')}"
         )

@@ -77,6 +77,7 @@ if TYPE_CHECKING:
     from kvd.config import Settings
     from kvd.failover import Failover
     from kvd.server import Server
+    from kvd.stats import ServerStats
 
 log = logging.getLogger("kvd.replica")
 
@@ -137,8 +138,9 @@ class _Wire(asyncio.Protocol):
     """The link's connection until the stream starts: replies and byte runs on demand. What arrived beyond the
     last one asked for stays in ``buf`` for the client that takes the connection over."""
 
-    def __init__(self, timeout: float) -> None:
+    def __init__(self, timeout: float, stats: ServerStats) -> None:
         self.timeout = timeout
+        self.stats = stats
         self.buf = bytearray()
         self.transport: asyncio.Transport | None = None
         self.lost: BaseException | None = None
@@ -150,6 +152,7 @@ class _Wire(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
+        self.stats.net_repl_input_bytes += len(data)  # the handshake and the snapshot (INFO)
         self.buf += data
         self.last_io = time.monotonic()
         if len(self.buf) > WIRE_HIGH and self.transport is not None and not self._paused:
@@ -271,7 +274,12 @@ class PrimaryClient(Client):
         if counted:
             if len(argv) == 1 and self._multi is None and bytes(argv[0]).lower() == b"multi":
                 self._offset_at_multi = link.offset
-            link.offset += command_size(argv)
+            size = command_size(argv)
+            link.offset += size
+            # The primary's stream is replication input, not a client's (INFO total_net_repl_input_bytes), as in
+            # Redis; the read counted it as client input.
+            self.stats.net_repl_input_bytes += size
+            self.stats.net_input_bytes -= size
         result = super()._execute(argv)
         if counted and self._multi is None:
             self._offset_at_multi = -1
@@ -415,7 +423,11 @@ class ReplicaLink:
         try:
             transport, wire = await asyncio.wait_for(
                 loop.create_connection(
-                    lambda: _Wire(timeout), self.host, self.port, ssl=tls, server_hostname=self.host if tls else None
+                    lambda: _Wire(timeout, self.server.stats),
+                    self.host,
+                    self.port,
+                    ssl=tls,
+                    server_hostname=self.host if tls else None,
                 ),
                 timeout,
             )

@@ -33,6 +33,7 @@ from kvd.replica import LoadProgress, ReplicaLink
 from kvd.replication import LINK_IDENTITY_FILE, Replica, ReplicationFeed, save_identity
 from kvd.slowlog import SlowLog
 from kvd.stats import ServerStats, render_info
+from kvd.store.keyspace import now_ms
 from kvd.tracking import Tracking
 
 if TYPE_CHECKING:
@@ -432,6 +433,20 @@ class Server:
                     log.warning("primary's replication id not saved (%s): the next start resynchronises", exc)
         log.info("bye: %d keys, log flushed", len(self.keyspace))
 
+    def _expire_cycle(self, started: float) -> None:
+        """One sweep of due deadlines, and what INFO says of it: its time, and whether keys are still due after it
+        (it stopped at its limit), with the share of keys with a TTL that are past it then."""
+        keyspace = self.keyspace
+        keyspace.expire_cycle()
+        st = self.stats
+        now = now_ms()
+        if keyspace.expiry.overdue(now):
+            st.expire_cycles_capped += 1
+            st.expired_stale_perc = 100 * keyspace.expiry.overdue_share(now)
+        else:
+            st.expired_stale_perc = 0.0
+        st.expire_cycle_seconds += time.monotonic() - started
+
     async def _background(self) -> None:
         last_idle_check = 0.0
         while True:
@@ -439,7 +454,7 @@ class Server:
             try:
                 started = time.monotonic()
                 if self.paused is None and self.active_expire:  # as Redis: none while clients are paused
-                    self.keyspace.expire_cycle()
+                    self._expire_cycle(started)
                 now = time.monotonic()
                 self.keyspace.ram.set_clock(int(now))
                 self.stats.sample_memory(self.keyspace.ram.used)
@@ -449,7 +464,14 @@ class Server:
                     if not self.replication.needed:
                         self.keyspace.feed = None
                 st = self.stats
-                st.ops_per_sec.sample(now, st.commands_processed(), st.net_input_bytes, st.net_output_bytes)
+                st.ops_per_sec.sample(
+                    now,
+                    st.commands_processed(),
+                    st.net_input_bytes,
+                    st.net_output_bytes,
+                    st.net_repl_input_bytes,
+                    st.net_repl_output_bytes,
+                )
                 if self.settings.timeout and now - last_idle_check >= 1.0:
                     last_idle_check = now
                     for client in list(self.clients.values()):

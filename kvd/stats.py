@@ -9,6 +9,7 @@ sections.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import platform
 import resource
@@ -66,6 +67,10 @@ class ServerStats:
         self.output_limit_disconnections = 0
         self.sync_full = 0  # snapshots asked for with SYNC or PSYNC (kvd/commands/sync.py)
         self.net_repl_output_bytes = 0  # the replication stream sent to replicas (kvd/replication.py)
+        self.net_repl_input_bytes = 0  # what kvd as a replica read from its primary (kvd/replica.py)
+        self.expire_cycle_seconds = 0.0  # the background sweep's time (expire_cycle_cpu_milliseconds)
+        self.expire_cycles_capped = 0  # sweeps that stopped at their limit with keys still due
+        self.expired_stale_perc = 0.0  # of keys with a TTL, the share past it after the last sweep (sampled)
         self.prefix_lookups = 0
         self.prefix_keys_hit = 0
         self.prefix_keys_missed = 0
@@ -158,33 +163,34 @@ class CommandStats:
 
 
 class OpsRate:
-    """instantaneous_ops_per_sec and the kbps pair: the mean of the last 16 samples of the counters' rates,
-    one sample per tick of the server's 100 ms background task, as Redis's ``trackInstantaneousMetric``."""
+    """instantaneous_ops_per_sec and the kbps fields: the mean of the last 16 samples of the counters' rates,
+    one sample per tick of the server's 100 ms background task, as Redis's ``trackInstantaneousMetric``.
+    The counters: commands, client input and output bytes, replication input and output bytes."""
 
     SAMPLES = 16
 
     def __init__(self) -> None:
-        self._last: tuple[float, int, int, int] | None = None
-        self._rates: list[tuple[float, float, float]] = []
+        self._last: tuple[float, tuple[int, ...]] | None = None
+        self._rates: list[tuple[float, ...]] = []
 
-    def sample(self, now: float, commands: int, net_in: int, net_out: int) -> None:
+    def sample(self, now: float, *counters: int) -> None:
         last = self._last
-        self._last = (now, commands, net_in, net_out)
+        self._last = (now, counters)
         if last is None or now <= last[0]:
             return
         span = now - last[0]
         rates = self._rates
-        rates.append(((commands - last[1]) / span, (net_in - last[2]) / span, (net_out - last[3]) / span))
+        rates.append(tuple((new - old) / span for new, old in zip(counters, last[1], strict=True)))
         if len(rates) > self.SAMPLES:
             del rates[0]
 
-    def current(self) -> tuple[int, float, float]:
-        """(ops per second, input KiB/s, output KiB/s)."""
+    def current(self) -> tuple[int, float, float, float, float]:
+        """(ops per second, input, output, replication input, replication output KiB/s)."""
         n = len(self._rates)
         if not n:
-            return 0, 0.0, 0.0
-        ops, net_in, net_out = (sum(r[i] for r in self._rates) / n for i in range(3))
-        return round(ops), net_in / 1024, net_out / 1024
+            return 0, 0.0, 0.0, 0.0, 0.0
+        ops, *kbytes = (sum(r[i] for r in self._rates) / n for i in range(5))
+        return round(ops), *(rate / 1024 for rate in kbytes)
 
 
 def _human(n: float) -> str:
@@ -216,15 +222,28 @@ def render_info(server: Server, sections: list[str]) -> str:
     return "\r\n".join(parts)
 
 
+# The build kvd reports where Redis reports its own: no git revision is known to a running kvd (Redis prints
+# 00000000 then too), the id stands for kvd's version on this interpreter, and the compiler is the one that built
+# the interpreter (kvd's C extensions are built with the same toolchain at install). No atomicvar_api: kvd's
+# threads share nothing but queues under the interpreter's lock.
+_BUILD_ID = hashlib.sha1(f"{kvd.__version__} {sys.version}".encode()).hexdigest()[:16]
+_COMPILER = platform.python_compiler().removeprefix("GCC ").split()[0] if platform.python_compiler() else "0.0.0"
+
+
 def _server(s: Server) -> list[tuple[str, object]]:
     uptime = int(time.time() - s.started_at)
     return [
         ("redis_version", "7.2.0"),
         ("kvd_version", kvd.__version__),
+        ("redis_git_sha1", "00000000"),
+        ("redis_git_dirty", 0),
+        ("redis_build_id", _BUILD_ID),
         ("redis_mode", "standalone"),
         ("os", f"{platform.system()} {platform.release()} {platform.machine()}"),
         ("arch_bits", 64 if sys.maxsize > 2**32 else 32),
+        ("monotonic_clock", "POSIX clock_gettime"),  # time.monotonic: CLOCK_MONOTONIC
         ("multiplexing_api", s.loop_name),
+        ("gcc_version", _COMPILER),
         ("python_version", platform.python_version()),
         ("python_switch_interval_us", round(sys.getswitchinterval() * 1e6)),  # kvd/gil.py
         ("buffer_calls", buffers.IMPLEMENTATION),  # kvd/buffers.py: c, ctypes or python
@@ -232,28 +251,36 @@ def _server(s: Server) -> list[tuple[str, object]]:
         ("request_parser", parser.SMALL_REQUESTS),  # kvd/protocol/parser.py: c, hiredis or python
         ("record_packer", "python" if writer.pack_run is None else "c"),  # kvd/persist/writer.py
         ("process_id", os.getpid()),
+        ("process_supervised", "no"),
         ("run_id", s.run_id),
         ("tcp_port", s.bound_port),
         ("server_time_usec", time.time_ns() // 1000),
         ("uptime_in_seconds", uptime),
         ("uptime_in_days", uptime // 86400),
-        ("executable", sys.argv[0]),
-        ("config_file", s.settings.config_file or ""),
         ("hz", round(1 / s.TICK_SECONDS)),
         ("configured_hz", round(1 / s.TICK_SECONDS)),
         ("lru_clock", s.keyspace.ram.clock & LRU_CLOCK_MAX),
+        ("executable", sys.argv[0]),
+        ("config_file", s.settings.config_file or ""),
         ("io_threads_active", 0),
-        ("process_supervised", "no"),
     ]
 
 
 def _clients(s: Server) -> list[tuple[str, object]]:
+    """Redis 7.0's fields in its order. The largest input and output buffers are now's (Redis keeps the largest
+    of the last few seconds); kvd blocks no client as Redis's BLPOP does (WAIT and a disk read suspend only their
+    own connection: ``clients_waiting_on_disk``), so ``blocked_clients`` and the timeout table are 0."""
+    clients = s.clients.values()
     return [
         ("connected_clients", len(s.clients)),
+        ("cluster_connections", 0),
         ("maxclients", s.settings.maxclients),
+        ("client_recent_max_input_buffer", max((c.input_bytes() for c in clients), default=0)),
+        ("client_recent_max_output_buffer", max((c.output_bytes() for c in clients), default=0)),
         ("blocked_clients", 0),
-        ("clients_waiting_on_disk", sum(1 for c in s.clients.values() if c.busy)),
         ("tracking_clients", s.tracking.tracking_clients if s.tracking is not None else 0),
+        ("clients_in_timeout_table", 0),
+        ("clients_waiting_on_disk", sum(1 for c in clients if c.busy)),
     ]
 
 
@@ -261,15 +288,16 @@ def _memory(s: Server) -> list[tuple[str, object]]:
     """Redis's fields, in its order, for what kvd has: ``used_memory`` is the RAM tier's accounting (keys, values
     and a fixed charge per entry: what ``maxmemory`` limits), so kvd has no start-up baseline in it (0) and its
     overhead is the keys' and entries' share. What kvd does not have (Lua, functions, cluster links, lazy free)
-    is 0, as Redis shows it with none. No ``mem_fragmentation_ratio``: Redis divides RSS by everything it
-    allocated, kvd's accounting leaves the interpreter out, and an idle kvd would show a ratio in the thousands
-    that alert rules read as fragmentation."""
+    is 0, as Redis shows it with none. No ``mem_fragmentation_ratio`` (nor the allocator_* and rss_overhead_*
+    fields it is made of): Redis divides RSS by everything it allocated, kvd's accounting leaves the interpreter
+    out, and an idle kvd would show a ratio in the thousands that alert rules read as fragmentation."""
     ram = s.keyspace.ram
     rss = memory.rss_bytes()
     used = ram.used
     peak = s.stats.sample_memory(used)
     system = memory.total_system_memory()
     seg_log = s.keyspace.log
+    replicas_out = sum(c.output_bytes() for c in s.clients.values() if c.replica is not None)
     return [
         ("used_memory", used),
         ("used_memory_human", _human(used)),
@@ -285,16 +313,27 @@ def _memory(s: Server) -> list[tuple[str, object]]:
         ("total_system_memory", system),
         ("total_system_memory_human", _human(system)),
         ("used_memory_lua", 0),
-        ("used_memory_scripts", 0),
+        ("used_memory_vm_eval", 0),
+        ("used_memory_lua_human", "0B"),
+        ("used_memory_scripts_eval", 0),
         ("number_of_cached_scripts", 0),
         ("number_of_functions", 0),
         ("number_of_libraries", 0),
+        ("used_memory_vm_functions", 0),
+        ("used_memory_vm_total", 0),
+        ("used_memory_vm_total_human", "0B"),
+        ("used_memory_functions", 0),
+        ("used_memory_scripts", 0),
+        ("used_memory_scripts_human", "0B"),
         ("maxmemory", ram.budget),
         ("maxmemory_human", _human(ram.budget)),
         ("maxmemory_policy", s.keyspace.policy),
         ("mem_not_counted_for_evict", 0),
         ("mem_replication_backlog", s.replication.backlog_bytes),
-        ("mem_clients_normal", s.clients_output_bytes()),
+        ("mem_total_replication_buffers", s.replication.backlog_bytes + replicas_out),
+        ("mem_clients_slaves", replicas_out),
+        ("mem_clients_normal", s.clients_output_bytes() - replicas_out),
+        ("mem_cluster_links", 0),
         ("mem_aof_buffer", seg_log.pending_bytes if seg_log is not None else 0),
         ("mem_allocator", "libc"),
         ("active_defrag_running", 0),
@@ -381,27 +420,38 @@ def _persistence(s: Server) -> list[tuple[str, object]]:
 
 
 def _stats(s: Server) -> list[tuple[str, object]]:
+    """Redis 7.0's fields in its order. The expiry sweep is exact (a heap of deadlines, kvd/store/expiry.py), so
+    keys stay past their deadline only when a sweep stops at its limit: ``expired_time_cap_reached_count`` counts
+    those sweeps and ``expired_stale_perc`` estimates, after the last one, the share of keys with a TTL that are
+    past it. What kvd does not do (defragmentation, MIGRATE, resizing reply buffers, evicting over the limit for a
+    while: eviction is synchronous) is 0."""
     st = s.stats
     ks = s.keyspace.stats
-    ops, kbps_in, kbps_out = st.ops_per_sec.current()
+    ops, kbps_in, kbps_out, kbps_repl_in, kbps_repl_out = st.ops_per_sec.current()
     return [
         ("total_connections_received", st.connections_received),
         ("total_commands_processed", st.commands_processed()),
         ("instantaneous_ops_per_sec", ops),
         ("total_net_input_bytes", st.net_input_bytes),
         ("total_net_output_bytes", st.net_output_bytes),
+        ("total_net_repl_input_bytes", st.net_repl_input_bytes),
         ("total_net_repl_output_bytes", st.net_repl_output_bytes),
         ("instantaneous_input_kbps", f"{kbps_in:.2f}"),
         ("instantaneous_output_kbps", f"{kbps_out:.2f}"),
-        ("total_reads_processed", st.reads_processed),
-        ("total_writes_processed", st.writes_processed),
+        ("instantaneous_input_repl_kbps", f"{kbps_repl_in:.2f}"),
+        ("instantaneous_output_repl_kbps", f"{kbps_repl_out:.2f}"),
         ("rejected_connections", st.rejected_connections),
         ("sync_full", st.sync_full),
         ("sync_partial_ok", s.replication.sync_partial_ok),
         ("sync_partial_err", s.replication.sync_partial_err),
         ("expired_keys", ks.expired_keys),
+        ("expired_stale_perc", f"{st.expired_stale_perc:.2f}"),
+        ("expired_time_cap_reached_count", st.expire_cycles_capped),
+        ("expire_cycle_cpu_milliseconds", round(st.expire_cycle_seconds * 1000)),
         ("evicted_keys", ks.evicted_keys),
         ("evicted_clients", 0),  # no maxmemory-clients
+        ("total_eviction_exceeded_time", 0),
+        ("current_eviction_exceeded_time", 0),
         ("keyspace_hits", ks.keyspace_hits),
         ("keyspace_misses", ks.keyspace_misses),
         ("pubsub_channels", s.pubsub.count("channel")),
@@ -409,15 +459,28 @@ def _stats(s: Server) -> list[tuple[str, object]]:
         ("pubsubshard_channels", s.pubsub.count("shard")),  # Redis 7.0 and 7.2 spell it so
         ("latest_fork_usec", 0),  # kvd never forks: a snapshot is a pass over the keys (kvd/store/snapshot.py)
         ("total_forks", 0),
+        ("migrate_cached_sockets", 0),
+        ("slave_expires_tracked_keys", 0),
+        ("active_defrag_hits", 0),
+        ("active_defrag_misses", 0),
+        ("active_defrag_key_hits", 0),
+        ("active_defrag_key_misses", 0),
+        ("total_active_defrag_time", 0),
+        ("current_active_defrag_time", 0),
         ("tracking_total_keys", len(s.tracking.table) if s.tracking is not None else 0),
         ("tracking_total_items", s.tracking.items if s.tracking is not None else 0),
         ("tracking_total_prefixes", len(s.tracking.prefixes) if s.tracking is not None else 0),
-        ("total_error_replies", st.error_replies),
         ("unexpected_error_replies", 0),
-        ("client_output_buffer_limit_disconnections", st.output_limit_disconnections),
-        ("acl_access_denied_auth", st.auth_failures),
+        ("total_error_replies", st.error_replies),
+        ("dump_payload_sanitizations", 0),  # a string payload has no inner structure to sanitize deeply
+        ("total_reads_processed", st.reads_processed),
+        ("total_writes_processed", st.writes_processed),
         ("io_threaded_reads_processed", 0),
         ("io_threaded_writes_processed", 0),
+        ("reply_buffer_shrinks", 0),
+        ("reply_buffer_expands", 0),
+        ("client_output_buffer_limit_disconnections", st.output_limit_disconnections),  # Redis 7.2's
+        ("acl_access_denied_auth", st.auth_failures),  # Redis 7.2's
     ]
 
 

@@ -12,6 +12,7 @@ Complexity: schedule O(log n); one sweep O(k log n) for k popped items, bounded 
 from __future__ import annotations
 
 import heapq
+import random
 
 
 class ExpiryHeap:
@@ -34,6 +35,19 @@ class ExpiryHeap:
         while heap and heap[0][0] <= now_ms and len(out) < limit:
             out.append(heapq.heappop(heap))
         return out
+
+    def overdue(self, now_ms: int) -> bool:
+        """Whether a deadline has passed that no sweep has popped yet."""
+        return bool(self._heap) and self._heap[0][0] <= now_ms
+
+    def overdue_share(self, now_ms: int, samples: int = 20) -> float:
+        """The share of items past their deadline, from ``samples`` random ones (Redis samples 20 keys with a TTL
+        per round too). Stale items count as theirs: an estimate, for INFO expired_stale_perc."""
+        heap = self._heap
+        if not heap:
+            return 0.0
+        picked = [heap[random.randrange(len(heap))] for _ in range(min(samples, len(heap)))]
+        return sum(1 for deadline, _ in picked if deadline <= now_ms) / len(picked)
 
     def rebuild(self, items: list[tuple[int, bytes]]) -> None:
         self._heap = items

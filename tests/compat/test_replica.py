@@ -65,6 +65,11 @@ def test_a_kvd_primary_s_snapshot_and_stream_reach_a_kvd_replica(server_factory)
     p.delete("k1")
     p.expire("k2", 500)
     same(p, r)
+    # The link's bytes are replication traffic on both ends (INFO stats), as on Redis: the replica's client
+    # input is only what the test's own requests sent it.
+    sent, got = p.info("stats"), r.info("stats")
+    assert got["total_net_repl_input_bytes"] > 5 * MiB and sent["total_net_repl_output_bytes"] > MiB
+    assert got["total_net_input_bytes"] < MiB
 
 
 def test_the_replica_s_clients_may_only_read(server, redis_server):
