@@ -133,7 +133,13 @@ async def _serve(settings: Settings) -> int:
         except PersistError as exc:
             print(f"kvd: dir: {exc}", file=sys.stderr)
             return 2
-    keyspace = Keyspace(maxmemory=settings.maxmemory, policy=settings.maxmemory_policy, seg_log=seg_log)
+    keyspace = Keyspace(
+        maxmemory=settings.maxmemory,
+        policy=settings.maxmemory_policy,
+        seg_log=seg_log,
+        lfu_log_factor=settings.lfu_log_factor,
+        lfu_decay_time=settings.lfu_decay_time,
+    )
     identity = link_identity = None
     if seg_log is not None:
         from kvd.replication import LINK_IDENTITY_FILE, take_identity

@@ -183,9 +183,20 @@ class Settings:
     maxmemory_policy: str = _key(
         "choice",
         "allkeys-lru",
-        "allkeys-lru demotes/evicts the least recently used; noeviction answers -OOM",
+        "allkeys-lru demotes/evicts the least recently used, allkeys-lfu the least often used; noeviction answers -OOM",
         "Memory",
-        choices=("allkeys-lru", "noeviction"),
+        choices=("allkeys-lru", "allkeys-lfu", "noeviction"),
+        runtime=True,
+    )
+    lfu_log_factor: int = _key(
+        "int", 10, "allkeys-lfu: how slowly a key's access counter grows (Redis's)", "Memory", low=0, runtime=True
+    )
+    lfu_decay_time: int = _key(
+        "int",
+        1,
+        "allkeys-lfu: minutes without access that take one off a counter (0 = never)",
+        "Memory",
+        low=0,
         runtime=True,
     )
     # Limits

@@ -259,9 +259,9 @@ def dump(c: Client, argv: list[Any]) -> Any:
     key_flags="OW update",
 )
 def restore(c: Client, argv: list[Any]) -> None:
-    """A key from a DUMP payload (kvd's or Redis's), with Redis's checks in Redis's order. IDLETIME and FREQ
-    are checked and then have no effect: kvd's LRU keeps no access times, and FREQ is for LFU policies, which
-    Redis ignores under an LRU policy too; the key becomes the most recently used."""
+    """A key from a DUMP payload (kvd's or Redis's), with Redis's checks in Redis's order. IDLETIME sets what
+    OBJECT IDLETIME answers under an LRU policy and FREQ the access counter under LFU (each is ignored under the
+    other policy, as in Redis); the key itself joins the recent end of kvd's exact LRU list."""
     key = bytes(argv[1])
     replace = absttl = False
     idle = freq = -1
@@ -303,6 +303,7 @@ def restore(c: Client, argv: list[Any]) -> None:
         c.reply.ok()
         return
     ks.set(key, value, deadline)
+    ks.set_access(key, idle, freq)
     if existed:  # Redis deletes the old key and adds it anew
         notify(ks, NEW, b"new", key)
     notify(ks, GENERIC, b"restore", key)

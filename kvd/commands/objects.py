@@ -6,10 +6,10 @@ the same value: ``int`` for an integer of up to 20 characters in its canonical f
 bytearrays, as Redis builds them as raw strings). One difference: an INCRBYFLOAT result that reads as an integer
 ("3") answers ``int``, where Redis, which does not try to encode that result, answers ``embstr``.
 
-REFCOUNT answers 2147483647 for the integers 0-9999 that Redis shares when no LRU policy with a memory limit
-stops it, else 1. IDLETIME is the seconds since the value was last written or read (kvd's LRU clock, whole
-seconds as Redis's; CLIENT NO-TOUCH reads and OBJECT itself do not count). FREQ needs an LFU policy, which kvd
-does not have, so it answers Redis's error for an LRU one.
+REFCOUNT answers 2147483647 for the integers 0-9999 that Redis shares when no LRU or LFU policy with a memory
+limit stops it, else 1. IDLETIME is the seconds since the value was last written or read (kvd's LRU clock, whole
+seconds as Redis's; CLIENT NO-TOUCH reads and OBJECT itself do not count); under ``allkeys-lfu`` it answers
+Redis's error, as FREQ, the access counter (kvd/store/lfu.py), does under any other policy.
 
 OBJECT does not touch the key. A key whose value is on disk answers IDLETIME and REFCOUNT from memory; its
 ENCODING needs the value's bytes only when it is 44 bytes or shorter, and then reads it.
@@ -108,8 +108,8 @@ def with_encoding(c: Client, key: bytes, entry: Entry, use: Callable[[bytes | No
 
 
 def refcount(c: Client, entry: Entry) -> int:
-    """What Redis's refcount of the value would be: shared small integers, unless an LRU policy with a limit
-    keeps Redis from sharing them."""
+    """What Redis's refcount of the value would be: shared small integers, unless an LRU or LFU policy with a
+    limit keeps Redis from sharing them."""
     settings = c.server.settings
     value = entry.value
     shared = (
@@ -156,6 +156,11 @@ def object_refcount(c: Client, argv: list[Any]) -> None:
 def object_idletime(c: Client, argv: list[Any]) -> None:
     entry = _lookup(c, bytes(argv[2]))
     if entry is not None:
+        if c.keyspace.ram.lfu is not None:
+            raise CommandError(
+                "ERR An LFU maxmemory policy is selected, idle time not tracked. Please note that when switching "
+                "between policies at runtime LRU and LFU data will take some time to adjust."
+            )
         # The clock the stamps came from (the tick's, as Redis's estimateObjectIdleTime uses its cached LRU
         # clock): a value read in this second is 0 seconds idle, whatever the wall clock did since the tick.
         c.reply.integer(max(c.keyspace.ram.clock - entry.atime, 0))
@@ -175,11 +180,15 @@ def object_idletime(c: Client, argv: list[Any]) -> None:
     key_flags="RO",
 )
 def object_freq(c: Client, argv: list[Any]) -> None:
-    if _lookup(c, bytes(argv[2])) is not None:
-        raise CommandError(
-            "ERR An LFU maxmemory policy is not selected, access frequency not tracked. Please note that when "
-            "switching between policies at runtime LRU and LFU data will take some time to adjust."
-        )
+    entry = _lookup(c, bytes(argv[2]))
+    if entry is not None:
+        frequency = c.keyspace.access_frequency(entry)
+        if frequency is None:
+            raise CommandError(
+                "ERR An LFU maxmemory policy is not selected, access frequency not tracked. Please note that when "
+                "switching between policies at runtime LRU and LFU data will take some time to adjust."
+            )
+        c.reply.integer(frequency)
 
 
 @command(

@@ -35,6 +35,7 @@ from kvd.notify import EVICTED, EXPIRED, KEY_MISS, NEW
 from . import snapshot
 from .bufpool import BufferPool
 from .expiry import ExpiryHeap
+from .lfu import LfuCounter
 from .lru import Entry
 from .ram import RamTier
 from .scan import ScanIndex
@@ -90,7 +91,15 @@ class OutOfMemory(Exception):
 
 
 class Keyspace:
-    def __init__(self, *, maxmemory: int, policy: str = "allkeys-lru", seg_log: SegmentLog | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        maxmemory: int,
+        policy: str = "allkeys-lru",
+        seg_log: SegmentLog | None = None,
+        lfu_log_factor: int = 10,
+        lfu_decay_time: int = 1,
+    ) -> None:
         self._entries: dict[bytes, Entry] = {}
         self.ram = RamTier(maxmemory, persisted=seg_log is not None)
         self.ram.set_clock(lru_clock())
@@ -117,6 +126,8 @@ class Keyspace:
         # with CLIENT NO-TOUCH on runs a command (``reading_without_touch``). A bound method kept here costs a
         # GET less than the attribute chain it replaces.
         self._touch: Callable[[Entry], None] = self.ram.hot.move_to_end
+        self._touch_read = self._touch  # the policy's: what a read does to an entry when NO-TOUCH is off
+        self.set_policy(policy, lfu_log_factor, lfu_decay_time)
         # Replication (kvd/replication.py), None while no replica is attached: told of every change, as the
         # command that makes it (Redis's propagate).
         self.feed: ReplicationFeed | None = None
@@ -166,7 +177,7 @@ class Keyspace:
 
     def get(self, key: bytes) -> Value | Awaitable[Value | None] | None:
         """The value (resident), None (missing) or an awaitable (cold: read from disk, then promoted)."""
-        entry = self._entries.get(key)  # lookup() and RamTier.touch() inlined: this is every GET's path
+        entry = self._entries.get(key)  # lookup() inlined: this is every GET's path
         stats = self.stats
         if entry is None or (entry.expire_at and self.lookup(key) is None):
             stats.keyspace_misses += 1
@@ -185,7 +196,46 @@ class Keyspace:
     def reading_without_touch(self, on: bool) -> None:
         """CLIENT NO-TOUCH: while ``on``, reads leave the LRU order as it is (TOUCH still touches; a cold value
         read from disk still joins the RAM tier, as the newest)."""
-        self._touch = _untouched if on else self.ram.hot.move_to_end
+        self._touch = _untouched if on else self._touch_read
+
+    def set_policy(self, policy: str, lfu_log_factor: int = 10, lfu_decay_time: int = 1) -> None:
+        """maxmemory-policy (at start and on CONFIG SET): under ``allkeys-lfu`` reads count each entry's accesses
+        and eviction takes the least frequently used of the least recent few (kvd/store/lfu.py)."""
+        untouched = self.reads_untouched
+        self.policy = policy
+        lfu = self.ram.lfu
+        if policy == "allkeys-lfu":
+            if lfu is None:
+                lfu = LfuCounter()
+            lfu.log_factor, lfu.decay_time = lfu_log_factor, lfu_decay_time
+            self.ram.set_lfu(lfu)
+            self._touch_read = self._lfu_touch
+        else:
+            self.ram.set_lfu(None)
+            self._touch_read = self.ram.hot.move_to_end  # bound again: the list's class may have changed
+        self._touch = _untouched if untouched else self._touch_read
+
+    def _lfu_touch(self, entry: Entry) -> None:
+        ram = self.ram
+        entry.atime = ram.lfu.touched(entry.atime)  # type: ignore[union-attr]
+        ram.hot.move_to_end(entry)  # keeps the state: the list is an LfuOrder
+
+    def set_access(self, key: bytes, idle: int, freq: int) -> None:
+        """RESTORE's IDLETIME (seconds, under LRU) or FREQ (a counter, under LFU), -1 for none; the other one is
+        ignored, as Redis's objectSetLRUOrLFU does. The key keeps its place at the recent end of the list."""
+        entry = self._entries.get(key)
+        if entry is None:
+            return
+        lfu = self.ram.lfu
+        if lfu is not None and freq >= 0:
+            entry.atime = lfu.state(freq)
+        elif lfu is None and idle >= 0:
+            entry.atime = self.ram.clock - idle
+
+    def access_frequency(self, entry: Entry) -> int | None:
+        """OBJECT FREQ: the entry's counter as of now, None unless the policy is LFU."""
+        lfu = self.ram.lfu
+        return lfu.counter(entry.atime) if lfu is not None else None
 
     @property
     def reads_untouched(self) -> bool:
@@ -239,6 +289,8 @@ class Keyspace:
         if self._entries.get(key) is entry and entry.value is None and entry.loc == loc and self._fits(value):
             entry.value = value
             self.ram.admit(entry)
+            if self.ram.lfu is not None:  # the read that promoted it is an access (under LRU, admit stamped it)
+                entry.atime = self.ram.lfu.touched(entry.atime)
             self.stats.promotions += 1
             self._evict()
         return value
@@ -370,6 +422,7 @@ class Keyspace:
         if self.watched:
             self._changed(key)
         if old is not None:
+            entry.atime = old.atime  # an overwrite keeps the key's frequency under LFU (LRU stamps it anew)
             self._detach(key, old)
             self.scan.replace(old, entry)
         else:
@@ -385,7 +438,7 @@ class Keyspace:
         if entry is None:
             return False
         if entry.value is not None:
-            self.ram.touch(entry)
+            self._touch_read(entry)  # TOUCH counts as an access even under CLIENT NO-TOUCH
         return True
 
     def delete(self, key: bytes) -> bool:
@@ -583,7 +636,7 @@ class Keyspace:
         if ram.budget and ram.used + extra > ram.budget:
             # Lossless demotion to disk is always allowed; only deleting keys is not.
             while ram.hot and ram.used + extra > ram.budget and self.log is not None:
-                entry = ram.oldest_hot()
+                entry = ram.victim()
                 if entry is None or entry.loc is None:
                     break
                 self._demote(entry)
@@ -593,7 +646,7 @@ class Keyspace:
     def _evict(self) -> None:
         ram = self.ram
         while ram.over_budget():
-            entry = ram.oldest_hot()
+            entry = ram.victim()
             if entry is not None:
                 if entry.loc is not None:
                     self._demote(entry)

@@ -21,13 +21,18 @@ percent with heap fragmentation left by the load. So ``maxmemory`` bounds what t
 5 % for tiny values (``test_used_memory_tracks_what_small_keys_cost`` holds it to 20 %), and exactly for the
 large values a KV cache stores.
 
-Complexity: admit/touch/release/demote O(1); eviction O(1) per victim; clear O(n).
+Under ``maxmemory-policy allkeys-lfu`` the lists keep their order, and the victim is the least frequently used of
+the least recent few (``kvd/store/lfu.py``).
+
+Complexity: admit/release/demote O(1); eviction O(1) per victim (O(16) under LFU); clear O(n).
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
+from .lfu import LfuCounter, LfuOrder, least_frequent
 from .lru import Entry, LruList
 
 KEY_OVERHEAD = 258  # 250, and 8 since the Entry carries its LRU clock stamp (OBJECT IDLETIME)
@@ -36,7 +41,7 @@ VALUE_OVERHEAD = 64
 
 
 class RamTier:
-    __slots__ = ("budget", "cold", "hot", "key_overhead", "resident_bytes", "used")
+    __slots__ = ("budget", "cold", "hot", "key_overhead", "lfu", "resident_bytes", "used")
 
     def __init__(self, budget: int, persisted: bool = False) -> None:
         self.budget = budget  # 0 = unlimited
@@ -45,6 +50,16 @@ class RamTier:
         self.cold = LruList()  # value on disk only, oldest demotion first
         self.used = 0
         self.resident_bytes = 0  # value bytes only, for INFO
+        self.lfu: LfuCounter | None = None  # under allkeys-lfu: entries' atime holds frequencies (kvd/store/lfu.py)
+
+    def set_lfu(self, lfu: LfuCounter | None) -> None:
+        """Choose victims by frequency (``lfu``) or by recency (None). The lists change class in place: the same
+        links, but linking no longer stamps ``atime``, which now holds each entry's frequency."""
+        self.lfu = lfu
+        order = LfuOrder if lfu is not None else LruList
+        self.hot.__class__ = self.cold.__class__ = order
+        if lfu is not None:
+            lfu.set_clock(time.time())
 
     def key_charge(self, key: bytes) -> int:
         return len(key) + self.key_overhead
@@ -74,6 +89,8 @@ class RamTier:
         """``entry.value`` became resident: a new write (on no list) or a promotion (on ``cold``)."""
         if entry.prev is not None:
             self.cold.remove(entry)
+        elif self.lfu is not None:
+            self.lfu.stamp_new(entry)
         self.hot.append(entry)
         n = len(entry.value)  # type: ignore[arg-type]
         self.used += n + VALUE_OVERHEAD
@@ -81,6 +98,8 @@ class RamTier:
 
     def add_cold(self, entry: Entry) -> None:
         """A new entry whose value lives only on disk."""
+        if self.lfu is not None:
+            self.lfu.stamp_new(entry)
         self.cold.append(entry)
 
     def replace(self, entry: Entry, delta: int) -> None:
@@ -88,9 +107,6 @@ class RamTier:
         self.hot.move_to_end(entry)
         self.used += delta
         self.resident_bytes += delta
-
-    def touch(self, entry: Entry) -> None:
-        self.hot.move_to_end(entry)
 
     def release(self, entry: Entry) -> None:
         """Forget an entry (deleted, expired or overwritten); its key's charge must be dropped by the caller."""
@@ -114,14 +130,21 @@ class RamTier:
         entry.atime = atime
 
     def set_clock(self, now: int) -> None:
-        """The LRU clock in whole seconds, stamped on entries as they are written or read (OBJECT IDLETIME)."""
+        """The LRU clock in whole seconds, stamped on entries as they are written or read (OBJECT IDLETIME), and
+        under LFU the minute its counters decay by (Redis's, from the wall clock)."""
         self.hot.now = self.cold.now = now
+        if self.lfu is not None:
+            self.lfu.set_clock(time.time())
 
     @property
     def clock(self) -> int:
         return self.hot.now
 
-    def oldest_hot(self) -> Entry | None:
+    def victim(self) -> Entry | None:
+        """The resident value to leave RAM first: the least recently used, or under LFU the least frequently
+        used of the least recent few."""
+        if self.lfu is not None:
+            return least_frequent(self.hot, self.lfu)
         return self.hot.oldest()
 
     def oldest_cold(self) -> Entry | None:
