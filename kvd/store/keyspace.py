@@ -200,7 +200,7 @@ class Keyspace:
 
     def set_policy(self, policy: str, lfu_log_factor: int = 10, lfu_decay_time: int = 1) -> None:
         """maxmemory-policy (at start and on CONFIG SET): under ``allkeys-lfu`` reads count each entry's accesses
-        and eviction takes the least frequently used of the least recent few (kvd/store/lfu.py)."""
+        and eviction takes values not read since they were written first (kvd/store/lfu.py)."""
         untouched = self.reads_untouched
         self.policy = policy
         lfu = self.ram.lfu

@@ -21,10 +21,10 @@ percent with heap fragmentation left by the load. So ``maxmemory`` bounds what t
 5 % for tiny values (``test_used_memory_tracks_what_small_keys_cost`` holds it to 20 %), and exactly for the
 large values a KV cache stores.
 
-Under ``maxmemory-policy allkeys-lfu`` the lists keep their order, and the victim is the least frequently used of
-the least recent few (``kvd/store/lfu.py``).
+Under ``maxmemory-policy allkeys-lfu`` the lists keep their order, and the victim is the least recent value not
+read since it was written; read ones met on the way go round to the recent end (``kvd/store/lfu.py``).
 
-Complexity: admit/release/demote O(1); eviction O(1) per victim (O(16) under LFU); clear O(n).
+Complexity: admit/release/demote O(1); eviction O(1) per victim (amortised, under LFU); clear O(n).
 """
 
 from __future__ import annotations
@@ -141,8 +141,8 @@ class RamTier:
         return self.hot.now
 
     def victim(self) -> Entry | None:
-        """The resident value to leave RAM first: the least recently used, or under LFU the least frequently
-        used of the least recent few."""
+        """The resident value to leave RAM first: the least recently used, or under LFU the least recent one not
+        read since it was written (``lfu.least_frequent``)."""
         if self.lfu is not None:
             return least_frequent(self.hot, self.lfu)
         return self.hot.oldest()

@@ -43,20 +43,34 @@ def test_idle_minutes_decay_the_counter_across_the_16_bit_wrap() -> None:
     assert LfuCounter(decay_time=0).counter(state) == 30  # 0: no decay
 
 
-def test_the_victim_is_the_least_frequent_of_the_least_recent_window() -> None:
+def test_the_victim_is_the_oldest_value_not_read_since_written_and_read_ones_go_round() -> None:
+    lfu = LfuCounter(decay_time=0)
+    order = LruList()
+    order.__class__ = LfuOrder
+    read = [Entry(b"read%d" % i, b"v", 0, None, 0) for i in range(3)]
+    once = [Entry(b"once%d" % i, b"v", 0, None, 0) for i in range(3)]
+    for n, entry in enumerate(read):
+        entry.atime = lfu.state(LFU_INIT + 1 + n)
+        order.append(entry)
+    for entry in once:
+        entry.atime = lfu.state(LFU_INIT)
+        order.append(entry)
+    assert [e.atime for e in order] == [e.atime for e in read + once]  # linking kept the states
+    assert least_frequent(order, lfu) is once[0]
+    assert list(order) == [*once, *read]  # the read ones went round to the recent end, counters unchanged
+    assert [lfu.counter(e.atime) for e in read] == [6, 7, 8]
+
+
+def test_when_every_value_was_read_the_least_frequent_of_a_window_goes() -> None:
     lfu = LfuCounter(decay_time=0)
     order = LruList()
     order.__class__ = LfuOrder
     entries = [Entry(b"k%d" % i, b"v", 0, None, 0) for i in range(WINDOW + 4)]
     for n, entry in enumerate(entries):
-        entry.atime = lfu.state(50 - n if n < WINDOW else 1)  # the newest four are the rarest, past the window
+        entry.atime = lfu.state(50 - n if n < WINDOW else 1)  # the four rarest are past the window
         order.append(entry)
-    assert [e.atime for e in order] == [e.atime for e in entries]  # linking kept the states
     assert least_frequent(order, lfu) is entries[WINDOW - 1]
-    entries[3].atime = lfu.state(50 - (WINDOW - 1))  # a tie: the older one goes
-    assert least_frequent(order, lfu) is entries[3]
-    order.move_to_end(entries[3])
-    assert least_frequent(order, lfu) is entries[WINDOW]  # the window moved on by one
+    assert least_frequent(LruList(), lfu) is None
 
 
 def test_the_clock_is_redis_s_minutes_modulo_2_16() -> None:
