@@ -4,11 +4,11 @@ Under an LFU policy an entry's ``atime`` slot holds its frequency state instead 
 its 24 ``lru`` bits: the minute of the last access (16 bits, wrapping) and an 8-bit counter. Every read makes the
 counter grow with probability ``1 / ((counter - 5) * lfu-log-factor + 1)``, so it counts up to millions of
 accesses in 255 steps; every ``lfu-decay-time`` minutes without an access take one off. A new key starts at 5
-(``LFU_INIT``), so that it is not the first to go before it had a chance to be read (Redis's LFU_INIT_VAL). The
-numbers are Redis's, so OBJECT FREQ answers what Redis would and ``redis-cli --hotkeys`` works.
+(``LFU_INIT``, Redis's LFU_INIT_VAL) as of the minute it was written. The numbers are Redis's, so OBJECT FREQ
+answers what Redis would and ``redis-cli --hotkeys`` works.
 
 The state carries a marker bit above Redis's 24: an ``atime`` without it is an LRU stamp (a key written under
-``allkeys-lru`` before a CONFIG SET switched policies, or never read) and reads as a new key's state. Switching
+``allkeys-lru`` before a CONFIG SET switched policies) and reads as a new key's state. Switching
 back leaves LFU states in the slot until each entry is next stamped: as in Redis, "LRU and LFU data will take
 some time to adjust".
 
