@@ -36,7 +36,7 @@ from . import snapshot
 from .bufpool import BufferPool
 from .expiry import ExpiryHeap
 from .lfu import LfuCounter
-from .lru import Entry
+from .lru import Entry, LruList
 from .ram import RamTier
 from .scan import ScanIndex
 from .snapshot import Snapshot
@@ -66,6 +66,9 @@ def lru_clock() -> int:
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+_move_to_end = LruList.move_to_end  # under LFU a read skips LfuOrder's save and restore of atime
 
 
 class TierStats:
@@ -217,8 +220,9 @@ class Keyspace:
 
     def _lfu_touch(self, entry: Entry) -> None:
         ram = self.ram
-        entry.atime = ram.lfu.touched(entry.atime)  # type: ignore[union-attr]
-        ram.hot.move_to_end(entry)  # keeps the state: the list is an LfuOrder
+        state = ram.lfu.touched(entry.atime)  # type: ignore[union-attr]
+        _move_to_end(ram.hot, entry)  # LruList's own: it stamps atime, which the state then replaces
+        entry.atime = state
 
     def set_access(self, key: bytes, idle: int, freq: int) -> None:
         """RESTORE's IDLETIME (seconds, under LRU) or FREQ (a counter, under LFU), -1 for none; the other one is
