@@ -72,7 +72,6 @@ class KeySpec:
     index: int = 0
     lastkey: int = 0
     keystep: int = 1
-    limit: int = 0
     notes: str = ""
 
 
@@ -277,12 +276,7 @@ def keys_and_flags(cmd: Command, argv: list[Any]) -> KeysAndFlags | None:
         if "not_key" in spec.flags:
             continue
         first = spec.index
-        if spec.lastkey >= 0:
-            last = first + spec.lastkey
-        elif spec.limit:
-            last = first + (argc - first) // spec.limit + spec.lastkey
-        else:
-            last = argc + spec.lastkey
+        last = first + spec.lastkey if spec.lastkey >= 0 else argc + spec.lastkey
         if last >= argc or last < first or first >= argc:
             return None
         found.extend((i, spec.flags) for i in range(first, last + 1, spec.keystep))

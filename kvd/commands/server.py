@@ -455,7 +455,7 @@ def _key_spec(c: Client, spec: KeySpec) -> None:
     r.text("range")
     r.text("spec")
     r.map(3)
-    for name, value in (("lastkey", spec.lastkey), ("keystep", spec.keystep), ("limit", spec.limit)):
+    for name, value in (("lastkey", spec.lastkey), ("keystep", spec.keystep), ("limit", 0)):  # no kvd spec limits
         r.text(name)
         r.integer(value)
 
