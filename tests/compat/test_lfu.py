@@ -102,3 +102,26 @@ def test_restore_idletime_is_what_object_idletime_answers(server):
         assert 1000 <= idle <= 1002
         assert c.command("RESTORE", "freq", "0", payload, "FREQ", "7") == b"+OK\r\n"
         assert parse(c.command("OBJECT", "IDLETIME", "freq")) <= 2
+
+
+def test_touch_counts_as_an_access_under_lfu(server):
+    """TOUCH reads the key as Redis's lookupKeyRead does: the counter grows, as for a GET."""
+    with server.raw() as c:
+        for setting, value in (("maxmemory-policy", "allkeys-lfu"), ("lfu-log-factor", "0"), ("lfu-decay-time", "0")):
+            assert c.command("CONFIG", "SET", setting, value) == b"+OK\r\n"
+        assert c.command("SET", "t", "v") == b"+OK\r\n"
+        assert c.command("TOUCH", "t", "t", "missing") == b":2\r\n"
+        assert c.command("OBJECT", "FREQ", "t") == b":7\r\n"
+
+
+@pytest.mark.kvd_only  # kvd's disk tier
+def test_a_read_that_brings_a_value_back_from_disk_counts_under_lfu(server_factory):
+    r = server_factory(persistence=True, maxmemory="2mb", maxmemory_policy="allkeys-lfu", lfu_log_factor=0,
+                       lfu_decay_time=0).client()  # fmt: skip
+    r.set("k", b"k" * 8192)
+    for i in range(400):  # never read: k, the oldest of them, leaves RAM first
+        r.set(f"once:{i}", b"x" * 8192)
+    disk_hits = r.info("kvd")["disk_hits"]
+    assert r.get("k") == b"k" * 8192
+    assert r.info("kvd")["disk_hits"] == disk_hits + 1  # it came from disk
+    assert r.object("freq", "k") == 6  # and that read counted, as a read from RAM does
