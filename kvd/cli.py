@@ -165,6 +165,9 @@ async def _serve(settings: Settings) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, server.request_shutdown, signal.Signals(sig).name)
+    # A process that executed itself again (kvd/restart.py) starts with them blocked: a stop asked meanwhile is
+    # pending and is taken now.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
     await server.serve_until_stopped()
     if server.restart_delay_ms is not None:
         raise RestartRequested(server.restart_delay_ms)

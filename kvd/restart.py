@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 import time
 from typing import NoReturn
@@ -46,9 +47,18 @@ def exec_again(delay_ms: int) -> NoReturn:
         handler.flush()
     sys.stdout.flush()
     sys.stderr.flush()
+    # A SIGTERM or SIGINT from here on would reach the event loop's handler through a wakeup fd that is about to
+    # close, and be lost (seen once in CI: the restarted server then ignored its stop). Recorded here instead, it
+    # stops the process rather than letting it start again; acknowledged writes are already in the log.
+    stop: list[int] = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, frame: stop.append(signum))
     os.closerange(3, os.sysconf("SC_OPEN_MAX"))
     if delay_ms > 0:
         time.sleep(delay_ms / 1000)
+    if stop:
+        os._exit(0)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})  # pending across execv (cli.py)
     try:
         os.execv(sys.executable, sys.orig_argv)
     finally:
