@@ -139,6 +139,7 @@ async def _serve(settings: Settings) -> int:
         seg_log=seg_log,
         lfu_log_factor=settings.lfu_log_factor,
         lfu_decay_time=settings.lfu_decay_time,
+        maxmemory_samples=settings.maxmemory_samples,
     )
     identity = link_identity = None
     if seg_log is not None:

@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
+from kvd.store.eviction import POLICIES
+
 __all__ = [
     "FIXED",
     "RUNTIME_KEYS",
@@ -183,18 +185,33 @@ class Settings:
     maxmemory_policy: str = _key(
         "choice",
         "allkeys-lru",
-        "allkeys-lru demotes/evicts the least recently used, allkeys-lfu the least often used; noeviction answers -OOM",
+        "which keys may be deleted when values cannot leave RAM for the disk: allkeys-* any, volatile-* only keys "
+        "with a TTL (-OOM once none is left), noeviction none (-OOM); by least recent use (lru), least frequent "
+        "use (lfu), at random, or nearest deadline (volatile-ttl)",
         "Memory",
-        choices=("allkeys-lru", "allkeys-lfu", "noeviction"),
+        choices=POLICIES,
+        runtime=True,
+    )
+    maxmemory_samples: int = _key(
+        "int",
+        5,
+        "volatile-lru and volatile-lfu: keys with a TTL drawn per victim (Redis's)",
+        "Memory",
+        low=1,
         runtime=True,
     )
     lfu_log_factor: int = _key(
-        "int", 10, "allkeys-lfu: how slowly a key's access counter grows (Redis's)", "Memory", low=0, runtime=True
+        "int",
+        10,
+        "the -lfu policies: how slowly a key's access counter grows (Redis's)",
+        "Memory",
+        low=0,
+        runtime=True,
     )
     lfu_decay_time: int = _key(
         "int",
         1,
-        "allkeys-lfu: minutes without access that take one off a counter (0 = never)",
+        "the -lfu policies: minutes without access that take one off a counter (0 = never)",
         "Memory",
         low=0,
         runtime=True,

@@ -256,7 +256,7 @@ class Server:
         old, self.settings = self.settings, new
         ks = self.keyspace
         ks.ram.budget = new.maxmemory
-        ks.set_policy(new.maxmemory_policy, new.lfu_log_factor, new.lfu_decay_time)
+        ks.set_policy(new.maxmemory_policy, new.lfu_log_factor, new.lfu_decay_time, new.maxmemory_samples)
         if new.maxmemory < old.maxmemory or new.maxmemory_policy != old.maxmemory_policy:
             ks._evict()
         if new.notify_keyspace_events != old.notify_keyspace_events:

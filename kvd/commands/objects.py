@@ -8,7 +8,7 @@ bytearrays, as Redis builds them as raw strings). One difference: an INCRBYFLOAT
 
 REFCOUNT answers 2147483647 for the integers 0-9999 that Redis shares when no LRU or LFU policy with a memory
 limit stops it, else 1. IDLETIME is the seconds since the value was last written or read (kvd's LRU clock, whole
-seconds as Redis's; CLIENT NO-TOUCH reads and OBJECT itself do not count); under ``allkeys-lfu`` it answers
+seconds as Redis's; CLIENT NO-TOUCH reads and OBJECT itself do not count); under an ``-lfu`` policy it answers
 Redis's error, as FREQ, the access counter (kvd/store/lfu.py), does under any other policy.
 
 OBJECT does not touch the key. A key whose value is on disk answers IDLETIME and REFCOUNT from memory; its
@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from kvd.protocol.errors import CommandError
+from kvd.store.eviction import Policy
 from kvd.store.keyspace import SMALL_VALUE, Entry, Value
 
 from .args import parse_int
@@ -113,7 +114,7 @@ def refcount(c: Client, entry: Entry) -> int:
     settings = c.server.settings
     value = entry.value
     shared = (
-        (settings.maxmemory == 0 or settings.maxmemory_policy == "noeviction")
+        (settings.maxmemory == 0 or Policy(settings.maxmemory_policy).shares_integers)
         and value is not None
         and encoding(value) == b"int"
         and 0 <= int(value) < SHARED_INTEGERS

@@ -6,13 +6,22 @@ due deadlines from a min-heap, a bounded number per tick. A key whose TTL change
 behind; the sweep recognises it (the entry's deadline differs) and drops it, and the heap is rebuilt when
 stale items outnumber live ones, so its size stays O(keys with a TTL).
 
-Complexity: schedule O(log n); one sweep O(k log n) for k popped items, bounded by ``limit``.
+The heap is also the set of keys with a TTL that the ``volatile-*`` eviction policies choose from
+(``kvd/store/eviction.py``): ``nearest`` is the key whose deadline comes first, ``sample`` draws some at random.
+Both tell live items from stale ones by the keyspace's table, and drop stale ones they meet.
+
+Complexity: schedule O(log n); one sweep O(k log n) for k popped items, bounded by ``limit``; nearest O(log n)
+per stale item dropped; sample O(k) for k items, O(n) when it has to clear out stale items first.
 """
 
 from __future__ import annotations
 
 import heapq
 import random
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .lru import Entry
 
 
 class ExpiryHeap:
@@ -48,6 +57,43 @@ class ExpiryHeap:
             return 0.0
         picked = [heap[random.randrange(len(heap))] for _ in range(min(samples, len(heap)))]
         return sum(1 for deadline, _ in picked if deadline <= now_ms) / len(picked)
+
+    def nearest(self, current: dict[bytes, Entry]) -> Entry | None:
+        """The entry whose deadline comes first (``volatile-ttl``'s victim), dropping stale items on the way."""
+        heap = self._heap
+        while heap:
+            deadline, key = heap[0]
+            entry = current.get(key)
+            if entry is not None and entry.expire_at == deadline:
+                return entry
+            heapq.heappop(heap)
+        return None
+
+    def sample(self, current: dict[bytes, Entry], n: int) -> list[Entry]:
+        """Up to ``n`` distinct live entries drawn at random (all of them when there are no more than ``n`` items).
+        Empty only if no key has a TTL: when the draws meet only stale items, those are cleared out first."""
+        if not self.live:
+            return []
+        heap = self._heap
+        if len(heap) > n:
+            picked: dict[int, Entry] = {}
+            for _ in range(4 * n + 16):
+                entry = self._live_item(heap[random.randrange(len(heap))], current)
+                if entry is not None:
+                    picked[id(entry)] = entry
+                    if len(picked) == n:
+                        break
+            if picked:
+                return list(picked.values())
+            self._heap = heap = [item for item in heap if self._live_item(item, current) is not None]
+            heapq.heapify(heap)
+        found = list({id(e): e for item in heap if (e := self._live_item(item, current)) is not None}.values())
+        return found if len(found) <= n else random.sample(found, n)
+
+    @staticmethod
+    def _live_item(item: tuple[int, bytes], current: dict[bytes, Entry]) -> Entry | None:
+        entry = current.get(item[1])
+        return entry if entry is not None and entry.expire_at == item[0] else None
 
     def rebuild(self, items: list[tuple[int, bytes]]) -> None:
         self._heap = items

@@ -16,8 +16,9 @@ while the read was in flight. Concurrent loads of the same record share one read
 checksum is never served: the key is dropped and the read is a miss.
 
 Eviction, when ``used > maxmemory``: the least recently used resident value is demoted (its key stays and is
-served from disk); only when no resident value is left, or persistence is off, are whole keys deleted, oldest
-first. With ``maxmemory-policy noeviction`` whole keys are never deleted: writes get ``-OOM`` instead.
+served from disk); only when no resident value is left, or persistence is off, are whole keys deleted, which
+ones as ``maxmemory-policy`` says (``kvd/store/eviction.py``). Under ``noeviction``, and under a ``volatile-*``
+policy once no key has a TTL, a write that does not fit gets ``-OOM`` instead.
 
 Expiry: lazy on every access plus a bounded background sweep (``expire_cycle``).
 """
@@ -34,6 +35,7 @@ from kvd.notify import EVICTED, EXPIRED, KEY_MISS, NEW
 
 from . import snapshot
 from .bufpool import BufferPool
+from .eviction import Policy, doomed
 from .expiry import ExpiryHeap
 from .lfu import LfuCounter
 from .lru import Entry, LruList
@@ -102,11 +104,14 @@ class Keyspace:
         seg_log: SegmentLog | None = None,
         lfu_log_factor: int = 10,
         lfu_decay_time: int = 1,
+        maxmemory_samples: int = 5,
     ) -> None:
         self._entries: dict[bytes, Entry] = {}
         self.ram = RamTier(maxmemory, persisted=seg_log is not None)
         self.ram.set_clock(lru_clock())
-        self.policy = policy
+        self.policy = policy  # maxmemory-policy's name; what it means is _policy's
+        self._policy = Policy(policy)
+        self.samples = maxmemory_samples
         self.scan = ScanIndex()
         self.expiry = ExpiryHeap()
         self.log = seg_log
@@ -130,7 +135,7 @@ class Keyspace:
         # GET less than the attribute chain it replaces.
         self._touch: Callable[[Entry], None] = self.ram.hot.move_to_end
         self._touch_read = self._touch  # the policy's: what a read does to an entry when NO-TOUCH is off
-        self.set_policy(policy, lfu_log_factor, lfu_decay_time)
+        self.set_policy(policy, lfu_log_factor, lfu_decay_time, maxmemory_samples)
         # Replication (kvd/replication.py), None while no replica is attached: told of every change, as the
         # command that makes it (Redis's propagate).
         self.feed: ReplicationFeed | None = None
@@ -201,13 +206,16 @@ class Keyspace:
         read from disk still joins the RAM tier, as the newest)."""
         self._touch = _untouched if on else self._touch_read
 
-    def set_policy(self, policy: str, lfu_log_factor: int = 10, lfu_decay_time: int = 1) -> None:
-        """maxmemory-policy (at start and on CONFIG SET): under ``allkeys-lfu`` reads count each entry's accesses
-        and eviction takes values not read since they were written first (kvd/store/lfu.py)."""
+    def set_policy(self, policy: str, lfu_log_factor: int = 10, lfu_decay_time: int = 1, samples: int = 5) -> None:
+        """maxmemory-policy and its settings (at start and on CONFIG SET): under the ``-lfu`` policies reads count
+        each entry's accesses and values not read since they were written leave RAM first (kvd/store/lfu.py);
+        which keys may be deleted is kvd/store/eviction.py's."""
         untouched = self.reads_untouched
         self.policy = policy
+        self._policy = Policy(policy)
+        self.samples = samples
         lfu = self.ram.lfu
-        if policy == "allkeys-lfu":
+        if self._policy.lfu:
             if lfu is None:
                 lfu = LfuCounter()
             lfu.log_factor, lfu.decay_time = lfu_log_factor, lfu_decay_time
@@ -349,8 +357,8 @@ class Keyspace:
     ) -> None:
         """Store ``value`` (kept by reference: callers hand over ownership and never mutate it). ``moving`` is
         for ``rename``: the value is about to leave its old key, so it is neither refused nor a reason to evict.
-        ``room_checked``: ``check_room`` has checked the room for it under ``noeviction`` already."""
-        if self.policy == "noeviction" and not moving and not room_checked:
+        ``room_checked``: ``check_room`` has checked the room for it already."""
+        if self._policy.refuses and not moving and not room_checked:
             self._check_room(self._charge(key, value))
         seg_log = self.log
         loc = seg_log.append_set(key, value, expire_at) if seg_log is not None else None
@@ -392,10 +400,11 @@ class Keyspace:
             self._evict()
 
     def check_room(self, pairs: list[tuple[bytes, Value]]) -> None:
-        """Before MSET's writes, which then ``set`` with ``room_checked``: under ``noeviction``, ``OutOfMemory``
-        unless all of them fit. Redis refuses the whole command before it runs; checking key by key would leave
-        the first ones written."""
-        if self.policy == "noeviction":
+        """Before MSET's writes, which then ``set`` with ``room_checked``: under a policy that may refuse writes
+        (``noeviction``, ``volatile-*``), ``OutOfMemory`` unless all of them fit once what the policy allows is
+        freed. Redis refuses the whole command before it runs; checking key by key would leave the first ones
+        written."""
+        if self._policy.refuses:
             self._check_room(sum(self._charge(k, v) for k, v in pairs))
 
     def _charge(self, key: bytes, value: Value) -> int:
@@ -636,36 +645,40 @@ class Keyspace:
         return not self.ram.budget or self.ram.value_charge(value) <= self.ram.budget // 2
 
     def _check_room(self, extra: int) -> None:
+        """Make room for ``extra`` more bytes as the policy allows, or raise ``OutOfMemory`` (nothing written)."""
         ram = self.ram
         if ram.budget and ram.used + extra > ram.budget:
-            # Lossless demotion to disk is always allowed; only deleting keys is not.
+            # Lossless demotion to disk is always allowed; deleting keys only as the policy says.
             while ram.hot and ram.used + extra > ram.budget and self.log is not None:
                 entry = ram.victim()
                 if entry is None or entry.loc is None:
                     break
                 self._demote(entry)
-            if ram.used + extra > ram.budget:
-                raise OutOfMemory
+            while ram.used + extra > ram.budget:
+                entry = self._doomed(None)
+                if entry is None:
+                    raise OutOfMemory
+                self._evict_key(entry)
 
     def _evict(self) -> None:
+        """Back under ``maxmemory``: demote values, then delete keys as the policy allows (it may allow none)."""
         ram = self.ram
         while ram.over_budget():
             entry = ram.victim()
-            if entry is not None:
-                if entry.loc is not None:
-                    self._demote(entry)
-                    continue
-                if self.policy == "noeviction":
-                    return
-                self._remove(entry.key, entry, log_delete=False)
-                self.stats.evicted_keys += 1
-                if self.events is not None:
-                    self.events.emit(EVICTED, b"evicted", entry.key)
+            if entry is not None and entry.loc is not None:
+                self._demote(entry)
                 continue
-            entry = ram.oldest_cold()
-            if entry is None or self.policy == "noeviction":
+            entry = self._doomed(entry)
+            if entry is None:
                 return
-            self._remove(entry.key, entry, log_delete=True)
-            self.stats.evicted_keys += 1
-            if self.events is not None:
-                self.events.emit(EVICTED, b"evicted", entry.key)
+            self._evict_key(entry)
+
+    def _doomed(self, resident: Entry | None) -> Entry | None:
+        return doomed(self._policy, resident, self.ram, self.expiry, self._entries, self.scan, self.samples)
+
+    def _evict_key(self, entry: Entry) -> None:
+        # A key with a record on disk gets a delete record too, or it would come back on restart.
+        self._remove(entry.key, entry, log_delete=entry.loc is not None)
+        self.stats.evicted_keys += 1
+        if self.events is not None:
+            self.events.emit(EVICTED, b"evicted", entry.key)

@@ -1,4 +1,5 @@
-"""Access frequency for ``maxmemory-policy allkeys-lfu``: Redis's logarithmic counter, decaying with time.
+"""Access frequency for the ``-lfu`` maxmemory policies (``allkeys-lfu``, ``volatile-lfu``): Redis's logarithmic
+counter, decaying with time.
 
 Under an LFU policy an entry's ``atime`` slot holds its frequency state instead of its LRU stamp, as Redis reuses
 its 24 ``lru`` bits: the minute of the last access (16 bits, wrapping) and an 8-bit counter. Every read makes the

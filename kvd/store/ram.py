@@ -21,7 +21,7 @@ percent with heap fragmentation left by the load. So ``maxmemory`` bounds what t
 5 % for tiny values (``test_used_memory_tracks_what_small_keys_cost`` holds it to 20 %), and exactly for the
 large values a KV cache stores.
 
-Under ``maxmemory-policy allkeys-lfu`` the lists keep their order, and the victim is the least recent value not
+Under the ``-lfu`` maxmemory policies the lists keep their order, and the victim is the least recent value not
 read since it was written; read ones met on the way go round to the recent end (``kvd/store/lfu.py``).
 
 Complexity: admit/release/demote O(1); eviction O(1) per victim (amortised, under LFU); clear O(n).
@@ -50,7 +50,7 @@ class RamTier:
         self.cold = LruList()  # value on disk only, oldest demotion first
         self.used = 0
         self.resident_bytes = 0  # value bytes only, for INFO
-        self.lfu: LfuCounter | None = None  # under allkeys-lfu: entries' atime holds frequencies (kvd/store/lfu.py)
+        self.lfu: LfuCounter | None = None  # under an -lfu policy: entries' atime holds frequencies (kvd/store/lfu.py)
 
     def set_lfu(self, lfu: LfuCounter | None) -> None:
         """Choose victims by frequency (``lfu``) or by recency (None). The lists change class in place: the same

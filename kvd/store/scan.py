@@ -86,6 +86,11 @@ class ScanIndex:
         return (0 if last == by_seq[-1].seq else last + 1), keys
 
     def random_key(self) -> bytes | None:
+        entry = self.random_entry()
+        return entry.key if entry is not None else None
+
+    def random_entry(self) -> Entry | None:
+        """A key's entry drawn uniformly (RANDOMKEY, the ``*-random`` eviction policies)."""
         if not self._by_seq:
             return None
-        return self._by_seq[random.randrange(len(self._by_seq))].key  # type: ignore[no-any-return]
+        return self._by_seq[random.randrange(len(self._by_seq))]  # type: ignore[no-any-return]

@@ -206,7 +206,11 @@ def test_tables_are_not_keys(tmp_path: Path) -> None:
         ("maxclients = 0", "maxclients: expected an integer >= 1, got 0"),
         ("timeout = -5", "timeout: expected an integer >= 0, got -5"),
         ('appendfsync = "maybe"', "appendfsync: expected one of always, everysec, no, got 'maybe'"),
-        ('maxmemory-policy = "volatile-lru"', "maxmemory-policy: expected one of allkeys-lru, allkeys-lfu, noeviction"),
+        (
+            'maxmemory-policy = "volatile-oldest"',
+            "maxmemory-policy: expected one of volatile-lru, volatile-lfu, volatile-random, volatile-ttl, "
+            "allkeys-lru, allkeys-lfu, allkeys-random, noeviction, got 'volatile-oldest'",
+        ),
         ('protected-mode = "yes"', "protected-mode: expected true or false, got 'yes'"),
         ("persistence = 1", "persistence: expected true or false, got 1"),
         ('maxmemory = "-1gb"', "maxmemory: expected a size like 512mb or 4GiB (not negative), got '-1gb'"),
@@ -380,6 +384,7 @@ def test_runtime_keys() -> None:
     expected = {
         "maxmemory",
         "maxmemory-policy",
+        "maxmemory-samples",
         "requirepass",
         "maxclients",
         "timeout",
