@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from kvd.notify import GENERIC, STRING, notify
 from kvd.protocol import errors
 from kvd.protocol.errors import CommandError
-from kvd.store.keyspace import Value
+from kvd.store.keyspace import KEPT, Value
 
 from . import bitops
 from .args import c_word, option, parse_int
@@ -80,7 +80,7 @@ def setbit(c: Client, argv: list[Any]) -> Any:
         if len(new) <= byte:
             new += bytes(byte + 1 - len(new))
         new[byte] = (new[byte] & ~(1 << shift)) | (on << shift)
-        c.keyspace.set(key, new, deadline)
+        c.keyspace.set(key, new, deadline, history=KEPT)  # the read above counted the access
         notify(c.keyspace, STRING, b"setbit", key)
         c.reply.integer(was)
 
@@ -373,7 +373,7 @@ def _bitfield(c: Client, argv: list[Any], read_only: bool) -> Any:
             if grown or new != current:
                 changes += 1
         if grown or changes:
-            c.keyspace.set(key, data, deadline)
+            c.keyspace.set(key, data, deadline, history=KEPT)
         else:
             c.keyspace.unshare(key)
         if changes:

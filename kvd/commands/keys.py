@@ -15,7 +15,7 @@ from kvd.persist.dump import PayloadError, dump_payload, load_payload
 from kvd.protocol import errors
 from kvd.protocol.errors import CommandError
 from kvd.store.glob import glob_match
-from kvd.store.keyspace import Value, now_ms
+from kvd.store.keyspace import FRESH, Value, now_ms
 
 from .args import LLONG_MAX, c_word, check_db_index, lower, parse_int
 from .registry import DENYOOM, FAST, READONLY, WRITE, KeySpec, command
@@ -215,7 +215,7 @@ def copy(c: Client, argv: list[Any]) -> Any:
             return
         # Values are never changed in place (commands that derive one build a new object), so both keys can
         # hold the same object; the RAM tier charges it to each, as if it were copied.
-        ks.set(dst, value, deadline)
+        ks.set(dst, value, deadline, history=FRESH)  # a copy: a new object, with no access history
         if replaced:  # as RENAME: the old dst is deleted and the key added anew
             notify(ks, NEW, b"new", dst)
         notify(ks, GENERIC, b"copy_to", dst)
@@ -302,7 +302,7 @@ def restore(c: Client, argv: list[Any]) -> None:
             notify(ks, GENERIC, b"del", key)
         c.reply.ok()
         return
-    ks.set(key, value, deadline)
+    ks.set(key, value, deadline, history=FRESH)
     ks.set_access(key, idle, freq)
     if existed:  # Redis deletes the old key and adds it anew
         notify(ks, NEW, b"new", key)
@@ -412,7 +412,7 @@ def _expire(c: Client, argv: list[Any], name: str, unit_ms: int, absolute: bool)
         if when > LLONG_MAX - base:
             raise CommandError(errors.invalid_expire(name))
         when += base
-    entry = c.keyspace.lookup(key)
+    entry = c.keyspace.lookup_write(key)
     if entry is None:
         c.reply.integer(0)
         return
@@ -502,7 +502,7 @@ def pexpireat(c: Client, argv: list[Any]) -> None:
 )
 def persist(c: Client, argv: list[Any]) -> None:
     key = bytes(argv[1])
-    entry = c.keyspace.lookup(key)
+    entry = c.keyspace.lookup_write(key)
     if entry is None or not entry.expire_at:
         c.reply.integer(0)
         return

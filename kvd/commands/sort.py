@@ -73,7 +73,8 @@ def _sort(c: Client, argv: list[Any], read_only: bool) -> None:
         else:
             raise CommandError(errors.SYNTAX)
         j += 1
-    if c.keyspace.lookup_read(bytes(argv[1])) is not None:
+    if (entry := c.keyspace.lookup_read(bytes(argv[1]))) is not None:
+        c.keyspace.access(entry)  # Redis's SORT reads the key before it finds the type wrong
         raise CommandError(errors.WRONGTYPE)  # a string: SORT takes lists, sets and sorted sets
     if store is None:
         c.reply.array(0)

@@ -16,7 +16,7 @@ from kvd.notify import GENERIC, STRING, notify
 from kvd.protocol import errors
 from kvd.protocol.errors import CommandError
 from kvd.protocol.reply import OK
-from kvd.store.keyspace import Value, now_ms
+from kvd.store.keyspace import KEPT, Value, now_ms
 
 from . import longdouble
 from .args import LLONG_MAX, lower, parse_int
@@ -133,6 +133,8 @@ def set_(c: Client, argv: list[Any]) -> Any:
     if keep_ttl and entry is not None:
         expire_at = entry.expire_at
     if (cond == b"nx" and entry is not None) or (cond == b"xx" and entry is None):
+        if entry is not None:
+            ks.access(entry)  # Redis's SET looks the key up for the write: an access, even if nothing is set
         if want_get:
             return _reply_value(c, ks.get(key))
         c.reply.null()
@@ -160,7 +162,7 @@ def set_(c: Client, argv: list[Any]) -> Any:
 )
 def setnx(c: Client, argv: list[Any]) -> None:
     key = bytes(argv[1])
-    if c.keyspace.lookup(key) is not None:
+    if c.keyspace.lookup_write(key) is not None:
         c.reply.integer(0)
         return
     c.keyspace.set(key, argv[2])
@@ -361,7 +363,7 @@ def msetnx(c: Client, argv: list[Any]) -> None:
     if len(argv) % 2 == 0:
         raise CommandError(errors.wrong_arity("msetnx"))
     keys = [bytes(argv[i]) for i in range(1, len(argv), 2)]
-    if any(c.keyspace.lookup(k) is not None for k in keys):
+    if any(c.keyspace.lookup_write(k) is not None for k in keys):  # up to the first that exists, as Redis
         c.reply.integer(0)
         return
     _set_all(c, [(key, argv[i]) for i, key in zip(range(2, len(argv), 2), keys, strict=True)])
@@ -381,6 +383,8 @@ def msetnx(c: Client, argv: list[Any]) -> None:
 )
 def strlen(c: Client, argv: list[Any]) -> None:
     entry = c.keyspace.lookup_read(bytes(argv[1]))
+    if entry is not None:
+        c.keyspace.access(entry)  # Redis's STRLEN reads the key: it counts as an access
     c.reply.integer(entry.value_len if entry is not None else 0)  # a cold one's from the index: no disk read
 
 
@@ -459,7 +463,7 @@ def append(c: Client, argv: list[Any]) -> Any:
             _check_length(c, len(old) + len(suffix))
             new = bytearray(old)  # built in place, as Redis's raw strings are (OBJECT ENCODING)
             new += suffix
-        c.keyspace.set(key, new, deadline)
+        c.keyspace.set(key, new, deadline, history=KEPT)  # the read above counted the access
         notify(c.keyspace, STRING, b"append", key)
         c.reply.integer(len(new))
 
@@ -499,7 +503,7 @@ def setrange(c: Client, argv: list[Any]) -> Any:
         if len(new) < offset:
             new += bytes(offset - len(new))  # zero-padded, as Redis's sdsgrowzero
         new[offset : offset + len(patch)] = patch
-        c.keyspace.set(key, new, deadline)  # a bytearray: Redis's raw encoding (OBJECT ENCODING)
+        c.keyspace.set(key, new, deadline, history=KEPT)  # a bytearray: Redis's raw encoding (OBJECT ENCODING)
         notify(c.keyspace, STRING, b"setrange", key)
         c.reply.integer(len(new))
 
@@ -512,7 +516,7 @@ def _incr(c: Client, key: bytes, delta: int) -> Any:
         new = base + delta
         if not -(2**63) <= new <= LLONG_MAX:
             raise CommandError("ERR increment or decrement would overflow")
-        c.keyspace.set(key, b"%d" % new, deadline)
+        c.keyspace.set(key, b"%d" % new, deadline, history=KEPT)
         notify(c.keyspace, STRING, b"incrby", key)
         c.reply.integer(new)
 
@@ -586,7 +590,7 @@ def incrbyfloat(c: Client, argv: list[Any]) -> Any:
         if not isinstance(total, Fraction):
             raise CommandError("ERR increment would produce NaN or Infinity")
         new = longdouble.format_human(total)
-        c.keyspace.set(key, new, deadline)
+        c.keyspace.set(key, new, deadline, history=KEPT)
         notify(c.keyspace, STRING, b"incrbyfloat", key)
         c.reply.bulk(new)
 

@@ -37,7 +37,7 @@ from . import snapshot
 from .bufpool import BufferPool
 from .eviction import Policy, doomed
 from .expiry import ExpiryHeap
-from .lfu import LfuCounter
+from .lfu import LFU_INIT, LfuCounter
 from .lru import Entry, LruList
 from .ram import RamTier
 from .scan import ScanIndex
@@ -57,6 +57,11 @@ Value = bytes | bytearray | memoryview
 def _untouched(entry: Entry) -> None:
     pass
 
+
+# What a write does to an existing key's access history (OBJECT IDLETIME / FREQ), as Redis's commands do:
+TOUCHED = 0  # the write looked the key up (Redis's lookupKeyWrite): one more access, and the history carries over
+KEPT = 1  # the command counted its access when it read the value (APPEND, INCR, SETBIT): it carries over as is
+FRESH = 2  # a new object replaces the key (COPY, RESTORE): the history starts anew
 
 SMALL_VALUE = 44  # up to this size a value read from disk is kept as bytes (Redis's embstr limit, OBJECT ENCODING)
 
@@ -353,11 +358,19 @@ class Keyspace:
     # -- writing ---------------------------------------------------------------------------------------------
 
     def set(
-        self, key: bytes, value: Value, expire_at: int = 0, moving: bool = False, room_checked: bool = False
+        self,
+        key: bytes,
+        value: Value,
+        expire_at: int = 0,
+        moving: bool = False,
+        room_checked: bool = False,
+        history: int = TOUCHED,
     ) -> None:
         """Store ``value`` (kept by reference: callers hand over ownership and never mutate it). ``moving`` is
         for ``rename``: the value is about to leave its old key, so it is neither refused nor a reason to evict.
-        ``room_checked``: ``check_room`` has checked the room for it already."""
+        ``room_checked``: ``check_room`` has checked the room for it already. ``history``: what an overwrite does
+        to the key's access history (TOUCHED, KEPT, FRESH above; under LRU every write makes it the most recent,
+        as in Redis, so only the LFU counter differs)."""
         if self._policy.refuses and not moving and not room_checked:
             self._check_room(self._charge(key, value))
         seg_log = self.log
@@ -389,6 +402,11 @@ class Keyspace:
             entry = Entry(key, value, expire_at, loc, 0)
             self._swap(key, old, entry)
             ram.admit(entry)
+        if ram.lfu is not None and old is not None and history != KEPT:
+            if history == FRESH:
+                entry.atime = ram.lfu.state(LFU_INIT)
+            elif self._touch is not _untouched:  # CLIENT NO-TOUCH: a write counts no access either (Redis 7.2)
+                entry.atime = ram.lfu.touched(entry.atime)
         if expire_at:
             self.expiry.live += 1
             self.expiry.schedule(key, expire_at)
@@ -424,8 +442,12 @@ class Keyspace:
         """RENAME: ``dst`` takes ``src``'s value (the same object) and deadline, and ``src`` goes. The log gets
         the new key's record before the old key's delete, so a crash between them leaves both keys, never
         neither. For that moment the value is charged twice; nothing is evicted for it (Redis's RENAME evicts
-        nothing), only for what the new key's name adds."""
-        self.set(dst, value, expire_at, moving=True)
+        nothing), only for what the new key's name adds. Under LFU ``dst`` carries ``src``'s counter, which the
+        caller's read of the value counted (Redis's RENAME moves the object itself)."""
+        source = self._entries.get(src)
+        self.set(dst, value, expire_at, moving=True, history=FRESH)
+        if source is not None and self.ram.lfu is not None:
+            self._entries[dst].atime = source.atime
         self.delete(src)
         if self.ram.budget and self.ram.used > self.ram.budget:
             self._evict()
@@ -444,6 +466,24 @@ class Keyspace:
         self._entries[key] = entry
         if old is None and self.events is not None:
             self.events.emit(NEW, b"new", key)
+
+    def lookup_write(self, key: bytes) -> Entry | None:
+        """``lookup`` for a write (EXPIRE, PERSIST, SETNX, RENAME), as Redis's ``lookupKeyWrite``: the key's
+        access counts (no keyspace hit or miss)."""
+        entry = self.lookup(key)
+        if entry is not None:
+            self.access(entry)
+        return entry
+
+    def access(self, entry: Entry) -> None:
+        """Count an access to an entry the caller looked up without taking its value (STRLEN, SORT, SET NX of an
+        existing key): the most recently used, one more under LFU, as Redis's ``lookupKey`` does; nothing under
+        CLIENT NO-TOUCH. A cold entry stays on disk and in its list, its stamp or counter updated."""
+        if entry.value is not None:
+            self._touch(entry)
+        elif self._touch is not _untouched:
+            lfu = self.ram.lfu
+            entry.atime = lfu.touched(entry.atime) if lfu is not None else self.ram.clock
 
     def touch(self, key: bytes) -> bool:
         """TOUCH: a live key becomes the most recently used (a cold one stays on disk); False if missing."""

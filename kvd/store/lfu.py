@@ -20,9 +20,9 @@ its counter unchanged, up to ``WINDOW`` of them per victim; if all were, the lea
 flood of chunks written once and never read leaves before any chunk that was read, however long ago (only its
 decay, one per ``lfu-decay-time`` minutes, brings a chunk back down), where LRU lets the flood push everything
 out (``scripts/bench_policy.py``: 99 % of shared-prefix reads from RAM against 45 % under LRU; docs/benchmarks.md).
-Redis instead evicts the least frequent of a few sampled keys (56 % of those chunks kept in the same run). Writes
-keep a key's frequency (an overwrite does not count as an access, unlike Redis): a KV cache writes each chunk
-once and reads it many times.
+Redis instead evicts the least frequent of a few sampled keys (56 % of those chunks kept in the same run). What
+counts as an access is Redis's: reads, and writes that look the key up (an overwrite counts one and carries the
+counter over; a copy or a restored key starts at ``LFU_INIT``): ``Keyspace.set``'s ``history``.
 
 Complexity: touch O(1); a victim O(1) amortised (a value goes round once per pass over the list), O(WINDOW) at
 most. Cost: a read under LFU runs about 0.45 us more Python than under LRU (``Keyspace.get`` of a resident
