@@ -1,6 +1,7 @@
 """Write a random-weight Llama checkpoint (and a small tokenizer) for offline vLLM tests and benchmarks.
 
     python scripts/make_tiny_model.py OUT_DIR                # tiny: 4 layers, hidden 256 (~14 MB, seconds)
+    python scripts/make_tiny_model.py OUT_DIR --size tiny-sliding  # the same, half its layers windowed (hybrid)
     python scripts/make_tiny_model.py OUT_DIR --size bench   # larger: prefill of a few thousand tokens takes seconds
 
 Needs torch + transformers (+ tokenizers), i.e. the vLLM environment (scripts/vllm_env.sh). No network.
@@ -27,6 +28,20 @@ SIZES = {
         num_key_value_heads=2,
         head_dim=64,
         max_position_embeddings=4096,
+    ),
+    # The tiny model with Gemma-style interleaved attention: every other layer sees only the last 64 tokens
+    # (``layer_types``, which vLLM's Llama reads), so vLLM builds KV cache specs of two kinds: a hybrid model.
+    "tiny-sliding": dict(
+        vocab_size=2048,
+        hidden_size=256,
+        intermediate_size=512,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=64,
+        max_position_embeddings=4096,
+        sliding_window=64,
+        layer_types=["sliding_attention", "full_attention"] * 2,
     ),
     # About 0.4B parameters: prefill of 4k tokens takes seconds on 2 CPU cores, KV is 64 KiB per token (fp32).
     "bench": dict(

@@ -56,6 +56,15 @@ def tiny_model(vllm_python: str) -> str:
     return str(out)
 
 
+@pytest.fixture(scope="session")
+def tiny_sliding_model(vllm_python: str) -> str:
+    """The tiny model with every other layer windowed (64 tokens): a hybrid model to vLLM."""
+    out = REPO / ".cache" / "models" / "tiny-sliding"
+    script = str(REPO / "scripts" / "make_tiny_model.py")
+    subprocess.run([vllm_python, script, str(out), "--size", "tiny-sliding"], check=True, timeout=600)
+    return str(out)
+
+
 class Engine:
     """Runs tests/vllm/engine_runner.py with a spec; returns its JSON result."""
 
@@ -93,6 +102,11 @@ class Engine:
 @pytest.fixture(scope="session")
 def make_engine(vllm_python: str, tiny_model: str) -> Callable[[Path], Engine]:
     return lambda base: Engine(vllm_python, tiny_model, base)
+
+
+@pytest.fixture(scope="session")
+def make_sliding_engine(vllm_python: str, tiny_sliding_model: str) -> Callable[[Path], Engine]:
+    return lambda base: Engine(vllm_python, tiny_sliding_model, base)
 
 
 @pytest.fixture
