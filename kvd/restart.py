@@ -4,7 +4,10 @@ The new process is this one: ``execv`` of the same interpreter with the same com
 in the same working directory, so the same PID, the same settings file and command-line flags, the same port.
 Every descriptor above stderr is closed first (listening sockets, client connections, segment files, the lock
 on ``dir``), as Redis closes them, so that nothing of the old image is held when the new one starts; a
-``delay`` is slept after that, with the port free. The new process recovers from the log like any start.
+``delay`` is slept after that, with the port free. The listening sockets go first: Redis closes descriptors in
+numeric order, so a client that sees its connection close and connects again at once can be queued on a
+listener that closes a moment later, and is reset (seen in kvd's CI); refused, it simply tries again. The new
+process recovers from the log like any start.
 
 RESTART stops gracefully first (``Server.request_restart``: the shutdown path, so the log is drained and
 fsynced, replicas get the last changes), after CONFIG REWRITE of the settings file if kvd was started with one;
@@ -17,6 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import sys
 import time
 from typing import NoReturn
@@ -53,6 +57,7 @@ def exec_again(delay_ms: int) -> NoReturn:
     stop: list[int] = []
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, frame: stop.append(signum))
+    _close_listeners()
     os.closerange(3, os.sysconf("SC_OPEN_MAX"))
     if delay_ms > 0:
         time.sleep(delay_ms / 1000)
@@ -63,3 +68,28 @@ def exec_again(delay_ms: int) -> NoReturn:
         os.execv(sys.executable, sys.orig_argv)
     finally:
         os._exit(1)
+
+
+def _close_listeners() -> None:
+    """Close the listening sockets among this process's descriptors (Linux's ``/proc/self/fd``; elsewhere they
+    go with the rest)."""
+    try:
+        fds = [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:
+        return
+    for fd in fds:
+        if fd < 3:
+            continue
+        try:
+            dup = os.dup(fd)
+        except OSError:  # already closed: the listdir's own descriptor
+            continue
+        try:
+            probe = socket.socket(fileno=dup)
+        except OSError:  # not a socket
+            os.close(dup)
+            continue
+        with probe:
+            listening = probe.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)
+        if listening:
+            os.close(fd)
