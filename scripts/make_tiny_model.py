@@ -18,31 +18,21 @@ import json
 import sys
 from pathlib import Path
 
+_TINY = dict(
+    vocab_size=2048,
+    hidden_size=256,
+    intermediate_size=512,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=64,
+    max_position_embeddings=4096,
+)
 SIZES = {
-    "tiny": dict(
-        vocab_size=2048,
-        hidden_size=256,
-        intermediate_size=512,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=64,
-        max_position_embeddings=4096,
-    ),
+    "tiny": _TINY,
     # The tiny model with Gemma-style interleaved attention: every other layer sees only the last 64 tokens
     # (``layer_types``, which vLLM's Llama reads), so vLLM builds KV cache specs of two kinds: a hybrid model.
-    "tiny-sliding": dict(
-        vocab_size=2048,
-        hidden_size=256,
-        intermediate_size=512,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=64,
-        max_position_embeddings=4096,
-        sliding_window=64,
-        layer_types=["sliding_attention", "full_attention"] * 2,
-    ),
+    "tiny-sliding": {**_TINY, "sliding_window": 64, "layer_types": ["sliding_attention", "full_attention"] * 2},
     # About 0.4B parameters: prefill of 4k tokens takes seconds on 2 CPU cores, KV is 64 KiB per token (fp32).
     "bench": dict(
         vocab_size=2048,
