@@ -338,6 +338,14 @@ class Settings:
     replica_read_only: bool = _key(
         "bool", True, "a replica refuses writes from its own clients (-READONLY)", "Replication", runtime=True
     )
+    replica_ignore_maxmemory: bool = _key(
+        "bool",
+        True,
+        "a replica deletes no key for memory and refuses none of its primary's writes (it still moves values to "
+        "disk): the primary's deletes keep it in step, as in Redis",
+        "Replication",
+        runtime=True,
+    )
     replica_serve_stale_data: bool = _key(
         "bool",
         True,

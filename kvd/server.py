@@ -213,6 +213,11 @@ class Server:
         s = self.settings
         replica = self.link is not None
         self.read_only = replica and s.replica_read_only
+        following = replica and s.replica_ignore_maxmemory
+        if self.keyspace.following != following:
+            self.keyspace.following = following
+            if not following:
+                self.keyspace._evict()  # its own maxmemory-policy again, at once
         self.min_replicas = 0 if replica or not s.min_replicas_max_lag else s.min_replicas_to_write
         never_stale = replica and not s.replica_serve_stale_data
         self.gated = self.read_only or self.loading is not None or never_stale or self.min_replicas > 0

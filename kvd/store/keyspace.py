@@ -114,6 +114,9 @@ class Keyspace:
         self._entries: dict[bytes, Entry] = {}
         self.ram = RamTier(maxmemory, persisted=seg_log is not None)
         self.ram.set_clock(lru_clock())
+        # A replica with replica-ignore-maxmemory (kvd/server.py): no key deleted for memory, no write refused;
+        # its primary's deletes keep it in step (Redis's performEvictions returns at once on such a replica).
+        self.following = False
         self.policy = policy  # maxmemory-policy's name; what it means is _policy's
         self._policy = Policy(policy)
         self.samples = maxmemory_samples
@@ -371,7 +374,7 @@ class Keyspace:
         ``room_checked``: ``check_room`` has checked the room for it already. ``history``: what an overwrite does
         to the key's access history (TOUCHED, KEPT, FRESH above; under LRU every write makes it the most recent,
         as in Redis, so only the LFU counter differs)."""
-        if self._policy.refuses and not moving and not room_checked:
+        if self._policy.refuses and not moving and not room_checked and not self.following:
             self._check_room(self._charge(key, value))
         seg_log = self.log
         loc = seg_log.append_set(key, value, expire_at) if seg_log is not None else None
@@ -422,7 +425,7 @@ class Keyspace:
         (``noeviction``, ``volatile-*``), ``OutOfMemory`` unless all of them fit once what the policy allows is
         freed. Redis refuses the whole command before it runs; checking key by key would leave the first ones
         written."""
-        if self._policy.refuses:
+        if self._policy.refuses and not self.following:
             self._check_room(sum(self._charge(k, v) for k, v in pairs))
 
     def _charge(self, key: bytes, value: Value) -> int:
@@ -714,6 +717,8 @@ class Keyspace:
             self._evict_key(entry)
 
     def _doomed(self, resident: Entry | None) -> Entry | None:
+        if self.following:
+            return None
         return doomed(self._policy, resident, self.ram, self.expiry, self._entries, self.scan, self.samples)
 
     def _evict_key(self, entry: Entry) -> None:

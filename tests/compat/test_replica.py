@@ -580,3 +580,29 @@ def test_a_promoted_replica_continues_its_primary_s_history(server, redis_server
         assert o.get("from-the-new-primary") == b"1" and o.get("last") == p.get("last")
     finally:
         other.stop(expect_code=None)
+
+
+@pytest.mark.parametrize("policy", ["noeviction", "allkeys-lru", "volatile-ttl"])
+def test_a_replica_ignores_maxmemory_unless_told_otherwise(server_factory, redis_server, policy):
+    """replica-ignore-maxmemory (yes by default): the replica holds every key its primary writes, twice its own
+    maxmemory here, deleting none and refusing none; with ``no`` it applies its own policy again."""
+    replica = server_factory(maxmemory="4mb", maxmemory_policy=policy)  # persistence off: no disk tier to use
+    r = follow(replica, redis_server)
+    assert r.config_get("replica-ignore-maxmemory") == {"replica-ignore-maxmemory": "yes"}
+    p = redis_server.client()
+    value = b"v" * (512 * 1024)
+    for i in range(16):
+        p.set(f"k{i}", value, ex=1000 if i % 2 else None)
+    assert p.wait(1, 10_000) == 1
+    until(lambda: r.dbsize() == 16, "the replica to hold every key")
+    assert r.get("k0") == value and r.info("stats")["evicted_keys"] == 0
+    assert "errorstat_OOM" not in r.info("errorstats")
+    assert r.config_set("replica-ignore-maxmemory", "no")
+    p.set("one-more", value)
+    assert p.wait(1, 10_000) == 1
+    if policy == "noeviction":  # the primary's write is refused: the replica now differs from it
+        until(lambda: "errorstat_OOM" in r.info("errorstats"), "the replica to refuse its primary's write")
+        assert r.dbsize() == 16 and not r.exists("one-more")
+    else:
+        until(lambda: r.info("stats")["evicted_keys"] > 0, "the replica to evict by its own policy")
+        assert r.dbsize() < 17

@@ -400,6 +400,7 @@ def test_runtime_keys() -> None:
         "masteruser",
         "replica-read-only",
         "replica-serve-stale-data",
+        "replica-ignore-maxmemory",
         "tls-replication",
         "min-replicas-to-write",
         "min-replicas-max-lag",
