@@ -58,7 +58,7 @@ POLICIES = (
 class Policy:
     """What one ``maxmemory-policy`` name means to the keyspace."""
 
-    __slots__ = ("deletes", "lfu", "name", "order", "refuses", "volatile")
+    __slots__ = ("by_ram_order", "deletes", "lfu", "name", "order", "refuses", "volatile")
 
     def __init__(self, name: str) -> None:
         if name not in POLICIES:
@@ -68,6 +68,7 @@ class Policy:
         self.order = name.partition("-")[2]  # lru, lfu, random, ttl; "" for noeviction
         self.lfu = self.order == "lfu"  # reads count accesses (OBJECT FREQ) under both -lfu policies, as in Redis
         self.deletes = name != "noeviction"
+        self.by_ram_order = name in ("allkeys-lru", "allkeys-lfu")  # deletes RamTier.victim()
         # Writes may be refused with -OOM: nothing may be deleted, or only keys with a TTL, which may run out.
         self.refuses = not self.deletes or self.volatile
 

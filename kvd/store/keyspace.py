@@ -706,8 +706,11 @@ class Keyspace:
     def _evict(self) -> None:
         """Back under ``maxmemory``: demote values, then delete keys as the policy allows (it may allow none)."""
         ram = self.ram
+        # Without the log no value can be demoted, and only the allkeys-lru/-lfu policies delete the RAM tier's
+        # own victim: the others are not asked for one (under LFU, asking moves read values round).
+        ask_ram = self.log is not None or self._policy.by_ram_order
         while ram.over_budget():
-            entry = ram.victim()
+            entry = ram.victim() if ask_ram else None
             if entry is not None and entry.loc is not None:
                 self._demote(entry)
                 continue
