@@ -423,7 +423,20 @@ RUNTIME_KEYS: frozenset[str] = frozenset(spec.name for spec in SPECS if spec.run
 # takes only its current value). A fixed name is something kvd does not have (scheduled RDB snapshots: every
 # write is in the log, and BGSAVE writes one on demand; databases other than 0): CONFIG GET shows the value that
 # says so, and only that value is accepted.
-SYNONYMS: dict[str, str] = {"appendonly": "persistence"}
+SYNONYMS: dict[str, str] = {
+    "appendonly": "persistence",
+    # Redis's deprecated names, which redis.conf files, Sentinel-era tools and old clients still send
+    "slaveof": "replicaof",
+    "slave-read-only": "replica-read-only",
+    "slave-serve-stale-data": "replica-serve-stale-data",
+    "slave-priority": "replica-priority",
+    "slave-announce-ip": "replica-announce-ip",
+    "slave-announce-port": "replica-announce-port",
+    "slave-ignore-maxmemory": "replica-ignore-maxmemory",
+    "min-slaves-to-write": "min-replicas-to-write",
+    "min-slaves-max-lag": "min-replicas-max-lag",
+    "repl-ping-slave-period": "repl-ping-replica-period",
+}
 FIXED: dict[str, str] = {"save": "", "databases": "1", "enable-module-command": "no"}
 _FIXED_WHY = {
     "save": "kvd takes no scheduled snapshots (every write is in its log; SAVE and BGSAVE fsync it on demand)",

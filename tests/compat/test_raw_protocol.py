@@ -267,6 +267,35 @@ def test_config_set_refuses_immutable_configs_whatever_the_value(module_server):
         assert c.command("CONFIG", "GET", "maxmemory") == before
 
 
+def test_redis_s_old_replica_names_are_the_same_settings(module_server):
+    """slave-read-only, min-slaves-to-write and the rest of Redis's deprecated names: CONFIG GET answers under the
+    name asked, CONFIG SET changes the setting itself, and CONFIG GET * lists both names."""
+    pairs = {
+        "slave-read-only": "replica-read-only",
+        "slave-serve-stale-data": "replica-serve-stale-data",
+        "slave-priority": "replica-priority",
+        "slave-announce-port": "replica-announce-port",
+        "slave-ignore-maxmemory": "replica-ignore-maxmemory",
+        "min-slaves-to-write": "min-replicas-to-write",
+        "min-slaves-max-lag": "min-replicas-max-lag",
+        "repl-ping-slave-period": "repl-ping-replica-period",
+    }
+    with module_server.raw() as c:
+        every = parse(c.command("CONFIG", "GET", "*"))
+        names = set(every[::2])
+        for old, new in pairs.items():
+            assert {old.encode(), new.encode()} <= names
+            value = parse(c.command("CONFIG", "GET", new))[1]
+            assert parse(c.command("CONFIG", "GET", old)) == [old.encode(), value]
+        assert parse(c.command("CONFIG", "GET", "slaveof")) == [b"slaveof", b""]
+        try:
+            assert c.command("CONFIG", "SET", "slave-priority", "42", "min-slaves-max-lag", "17") == b"+OK\r\n"
+            assert parse(c.command("CONFIG", "GET", "replica-priority")) == [b"replica-priority", b"42"]
+            assert parse(c.command("CONFIG", "GET", "min-replicas-max-lag")) == [b"min-replicas-max-lag", b"17"]
+        finally:
+            c.command("CONFIG", "SET", "replica-priority", "100", "min-replicas-max-lag", "10")
+
+
 def test_scan_reply_shape(module_server):
     with module_server.raw() as c:
         for i in range(5):
