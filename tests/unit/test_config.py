@@ -559,7 +559,15 @@ def test_redis_names_at_run_time() -> None:
         apply_runtime(s, "appendonly", "no")
     with pytest.raises(ConfigError, match=r"^save: kvd takes no scheduled snapshots .* got '900 1'$"):
         apply_runtime(s, "save", "900 1")
-    assert dict(redis_items(s)) == {"appendonly": "yes", "save": "", "databases": "1", "enable-module-command": "no"}
+    items = dict(redis_items(s))
+    assert {k: items[k] for k in ("appendonly", "save", "databases", "enable-module-command")} == {
+        "appendonly": "yes",
+        "save": "",
+        "databases": "1",
+        "enable-module-command": "no",
+    }
+    assert items["slave-read-only"] == "yes" and items["min-slaves-max-lag"] == "10" and items["slaveof"] == ""
+    assert apply_runtime(s, "slave-priority", "5").replica_priority == 5
 
 
 def test_the_guards_of_debug_and_module() -> None:
