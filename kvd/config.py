@@ -132,6 +132,7 @@ class Spec:
     high: float | None = None
     choices: tuple[str, ...] = ()
     runtime: bool = False  # CONFIG SET may change it
+    clamp: tuple[int, int] | None = None  # an int accepted in low-high and then brought into this range (Redis's hz)
 
 
 def _key(kind: str, default: Any, help: str, section: str, **extra: Any) -> Any:
@@ -159,6 +160,17 @@ class Settings:
     tcp_keepalive: int = _key("int", 300, "TCP keepalive interval in seconds (0 = off)", "Network", low=0, runtime=True)
     timeout: int = _key("int", 0, "close clients idle this many seconds (0 = never)", "Network", low=0, runtime=True)
     maxclients: int = _key("int", 10000, "most simultaneous clients", "Network", low=1, runtime=True)
+    hz: int = _key(
+        "int",
+        10,
+        "background ticks per second: active expiry, the LRU clock, idle timeouts, replication pings (as Redis: "
+        "any value is brought into 1-500)",
+        "Network",
+        low=0,
+        high=(1 << 31) - 1,
+        clamp=(1, 500),
+        runtime=True,
+    )
     # Security
     requirepass: str = _key("str", "", "password of the default user (empty = no AUTH)", "Security", runtime=True)
     tls_port: int = _key("int", 0, "TLS port (0 = TLS off)", "Security", low=0, high=65535)
@@ -462,8 +474,10 @@ def _convert(spec: Spec, raw: Any, from_text: bool) -> Any:
         if from_text and isinstance(raw, str) and _INT.fullmatch(raw.strip()) and len(raw.strip()) <= 20:
             value = int(raw)  # (longer text is no 64-bit integer, and past CPython's digit limit for int())
         if value is None or (low is not None and value < low) or (high is not None and value > high):
-            bounds = f" {low:g}-{high:g}" if high is not None else f" >= {low:g}" if low is not None else ""
+            bounds = f" {low:.0f}-{high:.0f}" if high is not None else f" >= {low:.0f}" if low is not None else ""
             raise ValueError(f"expected an integer{bounds}, got {raw!r}")
+        if spec.clamp is not None:
+            value = min(max(value, spec.clamp[0]), spec.clamp[1])
         return value
     if kind == "size":
         if isinstance(raw, str) and raw.strip().startswith("-"):

@@ -2,7 +2,8 @@
 
 One process, one event loop, one keyspace. Each accepted socket gets its own ``Client`` protocol object
 (``kvd/connection.py``); there is no other per-connection state and no global. Background work is a single
-100 ms tick: the bounded TTL sweep and the idle-client timeout. The segment log runs its own writer thread.
+tick, ``hz`` times a second (10, as Redis's): the bounded TTL sweep and the idle-client timeout. The segment
+log runs its own writer thread.
 
 Shutdown (SIGTERM, SIGINT or SHUTDOWN): stop accepting, stop reading from every client, let replies in flight
 (including those waiting on the log) go out, close the sockets, then drain and fsync the log and exit 0.
@@ -47,8 +48,6 @@ SHUTDOWN_GRACE_SECONDS = 10.0
 
 
 class Server:
-    TICK_SECONDS = 0.1  # the background tick: active expiry, the LRU clock, replication pings (INFO's hz is 10)
-
     def __init__(
         self,
         settings: Settings,
@@ -455,7 +454,7 @@ class Server:
     async def _background(self) -> None:
         last_idle_check = 0.0
         while True:
-            await asyncio.sleep(self.TICK_SECONDS)
+            await asyncio.sleep(1 / self.settings.hz)  # hz: 10 by default, as Redis's
             try:
                 started = time.monotonic()
                 if self.paused is None and self.active_expire:  # as Redis: none while clients are paused

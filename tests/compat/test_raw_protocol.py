@@ -296,6 +296,21 @@ def test_redis_s_old_replica_names_are_the_same_settings(module_server):
             c.command("CONFIG", "SET", "replica-priority", "100", "min-replicas-max-lag", "10")
 
 
+def test_hz_is_brought_into_1_to_500_as_redis_does(module_server):
+    with module_server.raw() as c:
+        try:
+            for given, kept in (("100", b"100"), ("1000", b"500"), ("0", b"1")):
+                assert c.command("CONFIG", "SET", "hz", given) == b"+OK\r\n"
+                assert parse(c.command("CONFIG", "GET", "hz")) == [b"hz", kept]
+                info = parse(c.command("INFO", "server")).decode()
+                assert f"\r\nhz:{kept.decode()}\r\n" in info and f"\r\nconfigured_hz:{kept.decode()}\r\n" in info
+            assert c.command("CONFIG", "SET", "hz", "-1").startswith(
+                b"-ERR CONFIG SET failed (possibly related to argument 'hz')"
+            )
+        finally:
+            c.command("CONFIG", "SET", "hz", "10")
+
+
 def test_scan_reply_shape(module_server):
     with module_server.raw() as c:
         for i in range(5):

@@ -92,6 +92,25 @@ def test_active_expiry_removes_unread_keys(server):
     assert r.dbsize() == 1  # the background sweep deleted keys nobody read
 
 
+def test_hz_sets_how_often_the_expiry_sweep_runs(server):
+    """The sweep takes at most 2000 due keys a tick: at hz 1, 12 000 keys due at once need six seconds of ticks;
+    at hz 100, a tenth of one. (Redis's sweep is bounded by time instead, so this is kvd's alone.)"""
+    r = server.client()
+    assert r.config_set("hz", 1)
+    with r.pipeline(transaction=False) as pipe:
+        for i in range(12_000):
+            pipe.set(f"due:{i}", "v", px=100)
+        pipe.execute()
+    time.sleep(1.5)
+    swept_at_1 = r.info("stats")["expired_keys"]  # INFO reads no key: only the sweep expires them
+    assert swept_at_1 <= 3 * 2000
+    assert r.config_set("hz", 100)
+    deadline = time.monotonic() + 10
+    while r.info("stats")["expired_keys"] < 12_000 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert r.info("stats")["expired_keys"] == 12_000 and time.monotonic() < deadline
+
+
 def test_mget_mset_msetnx(server):
     r = server.client()
     assert r.mset({"a": "1", "b": "2"}) is True

@@ -387,6 +387,7 @@ def test_runtime_keys() -> None:
         "maxmemory-samples",
         "requirepass",
         "maxclients",
+        "hz",
         "timeout",
         "appendfsync",
         "proto-max-bulk-len",
