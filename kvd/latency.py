@@ -7,7 +7,7 @@ each second kept, as Redis does) and the all-time high. kvd records:
 * ``command`` and ``fast-command``: a command's duration (what SLOWLOG measures), by the command's FAST flag;
 * ``aof-write``: one write of a batch of records to the active segment (writer thread, or inline on the loop);
 * ``aof-fsync-always``: the fdatasync of a batch with ``appendfsync always``;
-* ``expire-cycle``: one pass of the active expiry sweep on the 100 ms tick.
+* ``expire-cycle``: one pass of the active expiry sweep on the background tick (`hz`).
 
 Samples arrive from the writer thread as well as from the event loop, so ``add`` takes a lock; nothing calls
 it unless the threshold is on and reached. 0 turns the monitor off, as in Redis.

@@ -84,7 +84,7 @@ class ServerStats:
         self.connector: dict[str, int] = getattr(self, "connector", {})
 
     def sample_memory(self, used: int) -> int:
-        """Note the RAM tier's accounting (on the 100 ms tick and at INFO); returns the peak so far."""
+        """Note the RAM tier's accounting (on every background tick and at INFO); returns the peak so far."""
         if used > self.used_memory_peak:
             self.used_memory_peak = used
         return self.used_memory_peak
@@ -164,7 +164,8 @@ class CommandStats:
 
 class OpsRate:
     """instantaneous_ops_per_sec and the kbps fields: the mean of the last 16 samples of the counters' rates,
-    one sample per tick of the server's 100 ms background task, as Redis's ``trackInstantaneousMetric``.
+    one sample every 100 ms (every tick of the server's background task below hz 10), as Redis's
+    ``trackInstantaneousMetric``.
     The counters: commands, client input and output bytes, replication input and output bytes."""
 
     SAMPLES = 16
