@@ -715,6 +715,8 @@ def apply_runtime(s: Settings, key: str, value: str) -> Settings:
     spec = _BY_NAME.get(name)
     if spec is None:
         raise _fail("", _unknown(key))
+    if name == "replicaof":  # immutable to CONFIG SET in Redis too; its command changes it
+        raise _fail(given, "CONFIG SET cannot change it: REPLICAOF host port (or REPLICAOF NO ONE) does, at run time")
     start_up_only = f"cannot be changed at run time (set it in the config file or with --{name} at start-up)"
     if not spec.runtime and given == name:
         raise _fail(name, start_up_only)

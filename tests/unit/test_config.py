@@ -569,6 +569,9 @@ def test_redis_names_at_run_time() -> None:
     }
     assert items["slave-read-only"] == "yes" and items["min-slaves-max-lag"] == "10" and items["slaveof"] == ""
     assert apply_runtime(s, "slave-priority", "5").replica_priority == 5
+    for name in ("replicaof", "slaveof"):  # the REPLICAOF command's, not CONFIG SET's
+        with pytest.raises(ConfigError, match=rf"^{name}: CONFIG SET cannot change it: REPLICAOF host port"):
+            apply_runtime(s, name, "127.0.0.1 7000")
 
 
 def test_the_guards_of_debug_and_module() -> None:
