@@ -307,6 +307,14 @@ def test_overrides_win_over_the_file(tmp_path: Path) -> None:
     assert s.config_file == path
 
 
+def test_redis_s_deprecated_names_in_the_file_and_on_the_command_line(tmp_path: Path) -> None:
+    path = write(tmp_path, 'slaveof = "10.0.0.5 6379"\nslave-read-only = false\nmin-slaves-max-lag = 20\n')
+    s = load_settings(path, ["--slave-priority", "7", "--repl-ping-slave-period=3", "--hz", "1000"])
+    assert (s.replicaof, s.replica_read_only, s.min_replicas_max_lag) == ("10.0.0.5 6379", False, 20)
+    assert (s.replica_priority, s.repl_ping_replica_period) == (7, 3)
+    assert s.hz == 500  # brought into 1-500, as Redis does
+
+
 def test_equals_form_and_later_flags_win() -> None:
     s = load_settings(None, ["--port=7000", "--maxmemory=4GiB", "--port", "7002", "--requirepass="])
     assert (s.port, s.maxmemory, s.requirepass) == (7002, 4 << 30, "")
