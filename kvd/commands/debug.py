@@ -22,7 +22,8 @@ What each subcommand does here:
 * ``POPULATE count [prefix] [size]``: keys ``prefix:N`` holding ``value:N`` (padded with zero bytes to ``size``);
   existing keys are left alone. Unlike Redis's, they are written as SETs are: to the log (the reply waits until
   it has them, and is -MISCONF if that fails) and to replicas, so a restart or a replica does not lose them;
-  under ``noeviction`` they are refused together when they would pass ``maxmemory``, as MSET's keys are.
+  under ``noeviction`` (or a ``volatile-*`` policy with too few keys with a TTL to delete) they are refused
+  together when they would pass ``maxmemory``, as MSET's keys are.
 * ``SLEEP seconds``: stops the whole server, as Redis's, for stall and timeout tests.
 * ``PROTOCOL type``, ``ERROR message``, ``LOG message``: a sample reply of each RESP type, an error reply, a line
   in the server's log.
@@ -276,8 +277,9 @@ def _positive(raw: bytes | bytearray) -> int:
 
 
 def _populate(c: Client, argv: list[Any]) -> None:
-    """Under ``noeviction`` the keys are refused together (-OOM, nothing written) when they would not all fit,
-    as MSET is; Redis's POPULATE ignores maxmemory. The reply is a write's: it waits for the log."""
+    """Under ``noeviction`` or a ``volatile-*`` policy the keys are refused together (-OOM, nothing written) when
+    they would not all fit, as MSET is; Redis's POPULATE ignores maxmemory. The reply is a write's: it waits for
+    the log."""
     count = _positive(argv[2])
     prefix = c_word(argv[3]) if len(argv) > 3 else b"key"
     size = _positive(argv[4]) if len(argv) > 4 else 0
