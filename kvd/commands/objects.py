@@ -21,7 +21,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from kvd.protocol.errors import CommandError
-from kvd.store.eviction import Policy
 from kvd.store.keyspace import SMALL_VALUE, Entry, Value
 
 from .args import parse_int
@@ -114,7 +113,7 @@ def refcount(c: Client, entry: Entry) -> int:
     settings = c.server.settings
     value = entry.value
     shared = (
-        (settings.maxmemory == 0 or Policy(settings.maxmemory_policy).shares_integers)
+        (settings.maxmemory == 0 or c.keyspace.eviction.shares_integers)
         and value is not None
         and encoding(value) == b"int"
         and 0 <= int(value) < SHARED_INTEGERS

@@ -117,8 +117,7 @@ class Keyspace:
         # A replica with replica-ignore-maxmemory (kvd/server.py): no key deleted for memory, no write refused;
         # its primary's deletes keep it in step (Redis's performEvictions returns at once on such a replica).
         self.following = False
-        self.policy = policy  # maxmemory-policy's name; what it means is _policy's
-        self._policy = Policy(policy)
+        self.eviction = Policy(policy)  # maxmemory-policy: which keys may go, and when writes are refused
         self.samples = maxmemory_samples
         self.scan = ScanIndex()
         self.expiry = ExpiryHeap()
@@ -219,11 +218,10 @@ class Keyspace:
         each entry's accesses and values not read since they were written leave RAM first (kvd/store/lfu.py);
         which keys may be deleted is kvd/store/eviction.py's."""
         untouched = self.reads_untouched
-        self.policy = policy
-        self._policy = Policy(policy)
+        self.eviction = Policy(policy)
         self.samples = samples
         lfu = self.ram.lfu
-        if self._policy.lfu:
+        if self.eviction.lfu:
             if lfu is None:
                 lfu = LfuCounter()
             lfu.log_factor, lfu.decay_time = lfu_log_factor, lfu_decay_time
@@ -256,6 +254,11 @@ class Keyspace:
         """OBJECT FREQ: the entry's counter as of now, None unless the policy is LFU."""
         lfu = self.ram.lfu
         return lfu.counter(entry.atime) if lfu is not None else None
+
+    @property
+    def policy(self) -> str:
+        """maxmemory-policy's name (INFO)."""
+        return self.eviction.name
 
     @property
     def reads_untouched(self) -> bool:
@@ -374,7 +377,7 @@ class Keyspace:
         ``room_checked``: ``check_room`` has checked the room for it already. ``history``: what an overwrite does
         to the key's access history (TOUCHED, KEPT, FRESH above; under LRU every write makes it the most recent,
         as in Redis, so only the LFU counter differs)."""
-        if self._policy.refuses and not moving and not room_checked and not self.following:
+        if self.eviction.refuses and not moving and not room_checked and not self.following:
             self._check_room(self._charge(key, value))
         seg_log = self.log
         loc = seg_log.append_set(key, value, expire_at) if seg_log is not None else None
@@ -425,7 +428,7 @@ class Keyspace:
         (``noeviction``, ``volatile-*``), ``OutOfMemory`` unless all of them fit once what the policy allows is
         freed. Redis refuses the whole command before it runs; checking key by key would leave the first ones
         written."""
-        if self._policy.refuses and not self.following:
+        if self.eviction.refuses and not self.following:
             self._check_room(sum(self._charge(k, v) for k, v in pairs))
 
     def _charge(self, key: bytes, value: Value) -> int:
@@ -708,7 +711,7 @@ class Keyspace:
         ram = self.ram
         # Without the log no value can be demoted, and only the allkeys-lru/-lfu policies delete the RAM tier's
         # own victim: the others are not asked for one (under LFU, asking moves read values round).
-        ask_ram = self.log is not None or self._policy.by_ram_order
+        ask_ram = self.log is not None or self.eviction.by_ram_order
         while ram.over_budget():
             entry = ram.victim() if ask_ram else None
             if entry is not None and entry.loc is not None:
@@ -722,7 +725,7 @@ class Keyspace:
     def _doomed(self, resident: Entry | None) -> Entry | None:
         if self.following:
             return None
-        return doomed(self._policy, resident, self.ram, self.expiry, self._entries, self.scan, self.samples)
+        return doomed(self.eviction, resident, self.ram, self.expiry, self._entries, self.scan, self.samples)
 
     def _evict_key(self, entry: Entry) -> None:
         # A key with a record on disk gets a delete record too, or it would come back on restart.
