@@ -105,3 +105,22 @@ def test_a_copy_and_a_restored_key_start_a_new_history(server):
         assert parse(c.command("OBJECT", "FREQ", "dst")) == 5
         assert c.command("RENAME", "src", "moved") == b"+OK\r\n"
         assert parse(c.command("OBJECT", "FREQ", "moved")) == 52  # the object itself moves, and was read
+
+
+@pytest.mark.kvd_only  # CLIENT NO-TOUCH is Redis 7.2's; Debian's redis-server is 7.0
+def test_under_client_no_touch_a_write_counts_no_access_either(server):
+    """Redis 7.2 makes every look-up of a NO-TOUCH client untouching, a write's too: an overwrite keeps the
+    counter as it was (it still carries over), where without NO-TOUCH it adds one."""
+    with server.raw() as c:
+        for setting, value in (("maxmemory-policy", "allkeys-lfu"), ("lfu-decay-time", "0"), ("lfu-log-factor", "0")):
+            assert c.command("CONFIG", "SET", setting, value) == b"+OK\r\n"
+        assert c.command("SET", "k", "v") == b"+OK\r\n"
+        assert c.command("SET", "k", "w") == b"+OK\r\n"
+        assert parse(c.command("OBJECT", "FREQ", "k")) == 6
+        assert c.command("CLIENT", "NO-TOUCH", "ON") == b"+OK\r\n"
+        assert c.command("SET", "k", "x") == b"+OK\r\n"
+        assert c.command("EXPIRE", "k", "100") == b":1\r\n"
+        assert parse(c.command("OBJECT", "FREQ", "k")) == 6
+        assert c.command("CLIENT", "NO-TOUCH", "OFF") == b"+OK\r\n"
+        assert c.command("SET", "k", "y") == b"+OK\r\n"
+        assert parse(c.command("OBJECT", "FREQ", "k")) == 7
