@@ -168,6 +168,12 @@ def check_round_trip(device: torch.device, layout: str, skip: int, graphs: bool 
     if kv.cuda:
         for direction, captured in (("save", kv._save_graphs), ("load", kv._load_graphs)):
             assert (captured is not None) == graphs, f"{direction}: CUDA graphs captured {captured is not None}"
+    expect_launches = (
+        "on the CPU"
+        if not kv.cuda
+        else ("CUDA graphs for saves and loads" if graphs else "one kernel per layer, no CUDA graphs")
+    )
+    assert kv.launches == expect_launches, f"launches says {kv.launches!r}, not {expect_launches!r}"
     for layer, old in zip(kv.layers, registered, strict=True):  # the capture's warm-up writes blocks back
         assert torch.equal(layer.tensor.cpu(), old), f"layer {layer.name} changed when it was registered"
     src, dst = _pick(nb, bpc, random.Random(f"{layout}/{skip}"))
