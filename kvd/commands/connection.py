@@ -351,37 +351,57 @@ def _client_type(raw: bytes) -> str:
     since="2.4.0",
     parent="client",
     summary="Terminates open connections.",
-    usage="ID client-id | ADDR ip:port | TYPE NORMAL|REPLICA|PUBSUB|MASTER | SKIPME yes|no",
+    usage="ID client-id | ADDR ip:port | LADDR ip:port | USER username | TYPE NORMAL|REPLICA|PUBSUB|MASTER | "
+    "SKIPME yes|no",
 )
 def client_kill(c: Client, argv: list[Any]) -> None:
-    if len(argv) == 3:  # old form: CLIENT KILL addr
-        victims = [cl for cl in c.server.clients.values() if cl.addr == text(argv[2])]
-        if not victims:
-            raise CommandError("ERR No such client")
-        victims[0].kill()
-        c.reply.ok()
-        return
-    if len(argv) % 2 != 0:
-        raise CommandError(errors.SYNTAX)
-    victims = list(c.server.clients.values())
-    for i in range(2, len(argv), 2):
-        opt, value = lower(argv[i]), argv[i + 1]
-        if opt == b"id":
-            wanted = parse_int(value)
-            victims = [cl for cl in victims if cl.id == wanted]
-        elif opt == b"addr":
-            victims = [cl for cl in victims if cl.addr == text(value)]
-        elif opt == b"skipme":
-            if lower(value) == b"yes":
-                victims = [cl for cl in victims if cl is not c]
-        elif opt == b"type":
-            kind = _client_type(value)
-            victims = [cl for cl in victims if cl.client_type() == kind]
-        else:
+    """Redis 7.0's two forms: ``CLIENT KILL addr`` (OK, or "No such client"; may name the caller), and filters
+    that must all match (the count of clients killed; the caller is skipped unless ``SKIPME no``). The caller,
+    when killed, gets its reply first and is closed after it."""
+    old_form = len(argv) == 3
+    if old_form:
+        wanted_addr: str | None = text(argv[2])
+        tests: list[Any] = [lambda cl: cl.addr == wanted_addr]
+        skipme = False
+    else:
+        if len(argv) % 2 != 0:
             raise CommandError(errors.SYNTAX)
+        tests = []
+        skipme = True
+        for i in range(2, len(argv), 2):
+            opt, value = lower(argv[i]), argv[i + 1]
+            if opt == b"id":
+                wanted_id = parse_int(value, "ERR client-id should be greater than 0")
+                if wanted_id < 1:
+                    raise CommandError("ERR client-id should be greater than 0")
+                tests.append(lambda cl, v=wanted_id: cl.id == v)
+            elif opt == b"type":
+                tests.append(lambda cl, v=_client_type(value): cl.client_type() == v)
+            elif opt == b"addr":
+                tests.append(lambda cl, v=text(value): cl.addr == v)
+            elif opt == b"laddr":
+                tests.append(lambda cl, v=text(value): cl.laddr == v)
+            elif opt == b"user":
+                if bytes(value) != b"default":  # kvd's one user (ACL LIST)
+                    raise CommandError(f"ERR No such user '{text(value)}'")
+            elif opt == b"skipme":
+                if lower(value) not in (b"yes", b"no"):
+                    raise CommandError(errors.SYNTAX)
+                skipme = lower(value) == b"yes"
+            else:
+                raise CommandError(errors.SYNTAX)
+    victims = [cl for cl in c.server.clients.values() if all(t(cl) for t in tests) and not (skipme and cl is c)]
     for cl in victims:
-        cl.kill()
-    c.reply.integer(len(victims))
+        if cl is c:
+            c.close_after_reply = True
+        else:
+            cl.kill()
+    if not old_form:
+        c.reply.integer(len(victims))
+    elif victims:
+        c.reply.ok()
+    else:
+        raise CommandError("ERR No such client")
 
 
 @command(
