@@ -27,6 +27,7 @@ incomplete until the load ends; so does one that refuses reads while its primary
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -186,6 +187,23 @@ def _unknown_command(exc: redis.ResponseError) -> bool:
     return "unknown command" in text or "unknown subcommand" in text
 
 
+class _WideUnixConnection(redis.UnixDomainSocketConnection):
+    """A unix socket connection with a 4 MiB send buffer (the kernel caps it at ``net.core.wmem_max``).
+
+    A unix socket keeps ``net.core.wmem_default`` (208 KiB) where loopback TCP grows to 4 MiB, so a pipelined
+    save of large values stalls every 200 KiB until the server has read them. Measured with ``put_many`` of 64
+    x 1 MiB to kvd (Intel host, 12 alternating rounds, medians): 3.02 -> 3.49 GB/s (loopback TCP 3.85). kvd
+    widens its own end for replies (``kvd/connection.py``)."""
+
+    def _connect(self) -> Any:
+        sock = super()._connect()
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+        except OSError:
+            pass  # the default buffer works, only slower
+        return sock
+
+
 class KvdClient:
     """Thread-safe (a connection pool underneath): the save thread and the forward thread share it."""
 
@@ -200,6 +218,9 @@ class KvdClient:
             retry=None,
         )
         self._use_python_packer(self._redis)
+        pool = self._redis.connection_pool
+        if pool.connection_class is redis.UnixDomainSocketConnection:
+            pool.connection_class = _WideUnixConnection
         self._has_prefixlen: bool | None = None
         self._has_report: bool | None = None
         self._down_until = 0.0

@@ -110,7 +110,7 @@ def _run(settings: Settings) -> int:
 
 
 async def _serve(settings: Settings) -> int:
-    from kvd.server import Server
+    from kvd.server import ListenError, Server
     from kvd.store.keyspace import Keyspace, now_ms
 
     seg_log = None
@@ -156,8 +156,8 @@ async def _serve(settings: Settings) -> int:
     server = Server(settings, keyspace, report, identity, link_identity)
     try:
         await server.start()
-    except OSError as exc:
-        log.error("cannot listen on %s port %d: %s", " ".join(settings.bind), settings.port, exc.strerror or exc)
+    except (ListenError, OSError) as exc:
+        log.error("%s", exc if isinstance(exc, ListenError) else f"cannot listen: {exc.strerror or exc}")
         if seg_log is not None:
             await seg_log.close()
         return 1
@@ -227,10 +227,12 @@ def _banner(settings: Settings, server: object, keys: int, seconds: float) -> No
     table.add_column()
     table.add_row("version", kvd.__version__)
     table.add_row("config", settings.config_file or "(defaults)")
-    address = " ".join(f"{a}:{server.bound_port}" for a in settings.bind)  # type: ignore[attr-defined]
+    places = [f"{a}:{server.bound_port}" for a in settings.bind] if settings.port else []  # type: ignore[attr-defined]
     if settings.tls_port:
-        address += f"  tls:{settings.tls_port}"
-    table.add_row("listening", address)
+        places.append(f"tls:{settings.tls_port}")
+    if settings.unixsocket:
+        places.append(f"unix:{settings.unixsocket}")
+    table.add_row("listening", "  ".join(places))
     table.add_row("memory", f"{format_size(settings.maxmemory) if settings.maxmemory else 'unlimited'} RAM tier")
     if settings.persistence:
         disk = format_size(settings.max_disk) if settings.max_disk else "unlimited"
@@ -241,7 +243,12 @@ def _banner(settings: Settings, server: object, keys: int, seconds: float) -> No
     table.add_row("pid", str(os.getpid()))
     table.add_row("ready", f"{keys} keys in {seconds:.2f} s, loop {server.loop_name}")  # type: ignore[attr-defined]
     logs.console.print(Panel(table, title="[bold]kvd[/] - KV-cache server", expand=False))
-    log.info("ready to accept connections on port %d", server.bound_port)  # type: ignore[attr-defined]
+    if settings.port:
+        log.info("ready to accept connections on port %d", server.bound_port)  # type: ignore[attr-defined]
+    if settings.tls_port:
+        log.info("ready to accept TLS connections on port %d", settings.tls_port)
+    if settings.unixsocket:
+        log.info("ready to accept connections at %s", settings.unixsocket)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import os
 import re
 import tomllib
 from collections.abc import Sequence
@@ -124,7 +125,7 @@ class Spec:
     """How one key is read, checked, shown and documented."""
 
     name: str  # the redis-style key, with dashes
-    kind: str  # int | size | bool | str | choice | float | list | events
+    kind: str  # int | octal | size | bool | str | choice | float | list | events
     default: Any
     help: str
     section: str
@@ -148,7 +149,20 @@ class Settings:
     bind: tuple[str, ...] = _key(
         "list", ("127.0.0.1",), "addresses to listen on (list, or one space-separated string)", "Network"
     )
-    port: int = _key("int", 6379, "TCP port (0 = no plain TCP listener, only TLS)", "Network", low=0, high=65535)
+    port: int = _key(
+        "int", 6379, "TCP port (0 = no plain TCP listener, only TLS or the unix socket)", "Network", low=0, high=65535
+    )
+    unixsocket: str = _key(
+        "str",
+        "",
+        "path of a unix socket to listen on as well, for clients on this host (empty = none); a stale socket "
+        "left there is replaced, and the file is removed at shutdown",
+        "Network",
+    )
+    unixsocketperm: int = _key(
+        "octal", 0, "the unix socket's permissions, in octal as redis.conf (700; 0 = as the umask leaves them)",
+        "Network", low=0, high=0o777,
+    )  # fmt: skip
     protected_mode: bool = _key(
         "bool",
         True,
@@ -462,6 +476,8 @@ _FIXED_IMMUTABLE = {"databases", "enable-module-command"}
 # -- conversion -----------------------------------------------------------------------------------------------
 
 _INT = re.compile(r"[+-]?\d+", re.ASCII)
+_OCTAL = re.compile(r"[0-7]{1,12}", re.ASCII)
+UNIX_PATH_MAX = 108  # sockaddr_un's sun_path on Linux, its terminating NUL included
 _TRUE = ("yes", "true", "1", "on")
 _FALSE = ("no", "false", "0", "off")
 
@@ -478,6 +494,15 @@ def _convert(spec: Spec, raw: Any, from_text: bool) -> Any:
             raise ValueError(f"expected an integer{bounds}, got {raw!r}")
         if spec.clamp is not None:
             value = min(max(value, spec.clamp[0]), spec.clamp[1])
+        return value
+    if kind == "octal":  # Redis's OCTAL_CONFIG: "700" is rwx------
+        if not isinstance(raw, str):  # a TOML 700 is seven hundred, and 0o700 arrives as 448: neither says it
+            raise ValueError(f'expected an octal number as a string, such as "700", got {raw!r}')
+        if not _OCTAL.fullmatch(raw.strip()):
+            raise ValueError(f"expected an octal number such as 700, got {raw!r}")
+        value = int(raw.strip(), 8)
+        if (low is not None and value < low) or (high is not None and value > high):
+            raise ValueError(f"expected an octal number between {int(low or 0):o} and {int(high or 0):o}, got {raw!r}")
         return value
     if kind == "size":
         if isinstance(raw, str) and raw.strip().startswith("-"):
@@ -573,8 +598,10 @@ def _cross_check(v: dict[str, Any]) -> str | None:
             return f"tls-port: must differ from port ({v['port']})"
         if v["tls-auth-clients"] != "no" and not v["tls-ca-cert-file"]:
             return f"tls-auth-clients: '{v['tls-auth-clients']}' needs tls-ca-cert-file to verify client certificates"
-    elif not v["port"]:
-        return "port: 0 turns plain TCP off, so tls-port must be set or nothing would listen"
+    elif not v["port"] and not v["unixsocket"]:
+        return "port: 0 turns plain TCP off, so tls-port or unixsocket must be set or nothing would listen"
+    if len(os.fsencode(v["unixsocket"])) >= UNIX_PATH_MAX:
+        return f"unixsocket: path too long ({len(os.fsencode(v['unixsocket']))} bytes), must be under {UNIX_PATH_MAX}"
     if v["tls-replication"] and not v["tls-ca-cert-file"]:
         return "tls-replication: needs tls-ca-cert-file to verify the primary's certificate"
     if bool(v["tls-client-cert-file"]) != bool(v["tls-client-key-file"]):
@@ -671,6 +698,8 @@ def _read_toml(path: str) -> dict[str, Any]:
 
 
 def _display(spec: Spec, value: Any) -> str:
+    if spec.kind == "octal":
+        return f"{value:o}"
     if spec.kind == "bool":
         return "yes" if value else "no"
     if spec.kind == "list":
@@ -768,6 +797,8 @@ def _toml_value(spec: Spec, value: Any = _DEFAULT) -> str:
         return _toml_string(value)
     if spec.kind == "float":
         return repr(float(value))
+    if spec.kind == "octal":
+        return f'"{value:o}"'
     return str(value)
 
 

@@ -136,6 +136,7 @@ class Client(asyncio.BufferedProtocol):
         self.lib_ver = b""
         self.addr = "?"
         self.laddr = "?"
+        self.unix = False  # connected through the unix socket (CLIENT LIST's flag U)
         self.created = time.monotonic()
         self.last_active = self.created
         self.last_command = "NULL"
@@ -182,11 +183,15 @@ class Client(asyncio.BufferedProtocol):
         self.transport = transport  # type: ignore[assignment]  (uvloop's transports are not asyncio subclasses)
         self._vectored = _writes_vectored(transport)
         peer = transport.get_extra_info("peername")
-        local = transport.get_extra_info("sockname")
-        self.addr = _format_addr(peer)
-        self.laddr = _format_addr(local)
         settings = self.server.settings
         sock = transport.get_extra_info("socket")
+        self.unix = sock is not None and sock.family == socket.AF_UNIX
+        if self.unix:  # as Redis: the socket's path and port 0, for both ends
+            self.addr = self.laddr = f"{settings.unixsocket}:0"
+            _widen_send_buffer(sock)
+        else:
+            self.addr = _format_addr(peer)
+            self.laddr = _format_addr(transport.get_extra_info("sockname"))
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             _set_keepalive(sock, settings.tcp_keepalive)
             if transport.get_extra_info("sslcontext") is None:
@@ -867,16 +872,17 @@ class Client(asyncio.BufferedProtocol):
         return "pubsub" if self.subscriptions and self.subscriptions.total() else "normal"
 
     def _flags(self) -> str:
-        """CLIENT LIST's flags, as Redis writes them: x in MULTI, P subscribed, O a monitor, S a replica, M the
-        primary, N for none."""
-        flags = ("O" if self.monitoring else "") + ("P" if self.subscriptions and self.subscriptions.total() else "")
-        flags += "S" if self.replica is not None else ""
+        """CLIENT LIST's flags in Redis's order: O a monitor or S a replica, M the primary, P subscribed, x in MULTI,
+        t tracking (R its redirection broken, B broadcasting), U the unix socket, e no-evict, T no-touch; N for
+        none."""
+        flags = "O" if self.monitoring else "S" if self.replica is not None else ""
         flags += "M" if self.link is not None else ""
+        flags += "P" if self.subscriptions and self.subscriptions.total() else ""
         flags += "x" if self._multi is not None else ""
         mode = self.tracking
         if mode is not None:
             flags += "t" + ("R" if mode.broken else "") + ("B" if mode.bcast else "")
-        flags += ("e" if self.no_evict else "") + ("T" if self.no_touch else "")
+        flags += ("U" if self.unix else "") + ("e" if self.no_evict else "") + ("T" if self.no_touch else "")
         return flags or "N"
 
     def describe(self) -> str:
@@ -1188,6 +1194,22 @@ def _is_loopback(peer: Any) -> bool:
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
         ip = ip.ipv4_mapped
     return ip.is_loopback
+
+
+UNIX_SEND_BUFFER = 4 << 20
+
+
+def _widen_send_buffer(sock: socket.socket) -> None:
+    """Ask for a 4 MiB send buffer on a unix socket connection (the kernel caps it at ``net.core.wmem_max``).
+
+    A unix socket starts with ``net.core.wmem_default`` (208 KiB) and keeps it, where loopback TCP grows its own
+    to ``tcp_wmem``'s 4 MiB: with the default, a large reply reaches the client about 200 KiB per wake-up of
+    either side. Measured with the connector's MGET into reused buffers (Intel host, 12 alternating rounds,
+    medians): 1 MiB values 3.92 -> 4.22 GB/s, 32 MiB values 4.73 -> 4.95 GB/s (loopback TCP: 3.55, 3.70)."""
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, UNIX_SEND_BUFFER)
+    except OSError:
+        pass  # the default buffer works, only slower
 
 
 def _set_keepalive(sock: socket.socket, interval: int) -> None:

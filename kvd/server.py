@@ -20,6 +20,7 @@ import ssl
 import time
 from typing import TYPE_CHECKING, Any
 
+from kvd import unixsocket
 from kvd.acllog import AclLog
 from kvd.commands.registry import LOADING, STALE
 from kvd.config import Settings
@@ -45,6 +46,16 @@ if TYPE_CHECKING:
 log = logging.getLogger("kvd.server")
 
 SHUTDOWN_GRACE_SECONDS = 10.0
+
+
+class ListenError(Exception):
+    """A listener could not be opened: ``where`` names it (address and port, or the socket's path), ``reason``
+    says why in the system's words."""
+
+    def __init__(self, where: str, reason: str) -> None:
+        super().__init__(f"cannot listen on {where}: {reason}")
+        self.where = where
+        self.reason = reason
 
 
 class Server:
@@ -108,6 +119,7 @@ class Server:
         self.min_replicas = 0  # min-replicas-to-write on a primary (0: off): writes need that many good replicas
         self.failover: Failover | None = None  # FAILOVER on this primary, until the role is handed over
         self.bound_port = settings.port
+        self._unix_identity: unixsocket.Identity | None = None  # the socket file bound, removed at shutdown
         self.loop_name = "asyncio"
         self._next_id = 0
         self._listeners: list[asyncio.AbstractServer] = []
@@ -353,7 +365,9 @@ class Server:
         if s.port:
             self.bound_port = (await self._bind(s.port))[0].sockets[0].getsockname()[1]
         if s.tls_port:
-            await self._bind(s.tls_port, build_tls_context(s))
+            await self._bind(s.tls_port, build_tls_context(s), what="TLS port")
+        if s.unixsocket:
+            await self._bind_unix(s.unixsocket)
         # Each start_serving() listens, then yields once; as tasks of one gather, every listen() runs in the
         # same loop pass, before the loop polls for its first connection.
         await asyncio.gather(*(server.start_serving() for server in self._listeners))
@@ -363,14 +377,16 @@ class Server:
             self.replicate_from(host, int(port), self._link_identity)
         self._link_identity = None  # taken: it describes the keyspace only until the first change
 
-    async def _bind(self, port: int, context: ssl.SSLContext | None = None) -> list[asyncio.AbstractServer]:
+    async def _bind(
+        self, port: int, context: ssl.SSLContext | None = None, what: str = "port"
+    ) -> list[asyncio.AbstractServer]:
         """One listener per ``bind`` address on ``port``, bound and listening only once ``start`` says so."""
         loop = asyncio.get_running_loop()
         s = self.settings
         bound = []
         for address in s.bind:
-            bound.append(
-                await loop.create_server(
+            try:
+                server = await loop.create_server(
                     lambda: Client(self),
                     host=address,
                     port=port,
@@ -379,9 +395,22 @@ class Server:
                     reuse_address=True,
                     start_serving=False,
                 )
-            )
+            except OSError as exc:
+                raise ListenError(f"{address} {what} {port}", exc.strerror or str(exc)) from None
+            bound.append(server)
         self._listeners += bound
         return bound
+
+    async def _bind_unix(self, path: str) -> None:
+        """The unix socket listener (``kvd/unixsocket.py`` decides what happens to a file already there)."""
+        try:
+            sock, self._unix_identity = unixsocket.bind(path, self.settings.unixsocketperm)
+        except OSError as exc:
+            raise ListenError(f"unix socket {path}", exc.strerror or str(exc)) from None
+        server = await asyncio.get_running_loop().create_unix_server(
+            lambda: Client(self), sock=sock, backlog=self.settings.tcp_backlog, start_serving=False
+        )
+        self._listeners.append(server)
 
     async def serve_until_stopped(self) -> None:
         await self._stopping.wait()
@@ -400,6 +429,8 @@ class Server:
     async def stop(self) -> None:
         for server in self._listeners:
             server.close()
+        if self._unix_identity is not None and unixsocket.remove(self.settings.unixsocket, self._unix_identity):
+            log.info("removed the unix socket %s", self.settings.unixsocket)
         if self.failover is not None:
             self.failover.abort("the server is shutting down")  # the held writes run (or are refused) first
         link = self.link

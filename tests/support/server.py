@@ -106,6 +106,8 @@ _REDIS_PASSTHROUGH = {
     "latency-monitor-threshold",
     "notify-keyspace-events",
     "enable-debug-command",
+    "unixsocket",
+    "unixsocketperm",
 }
 _REDIS_LOGLEVEL = {"debug": "debug", "info": "notice", "warning": "warning", "notice": "notice"}
 

@@ -23,6 +23,7 @@ from kvd.config import (
     parse_size,
     redis_items,
     render_toml,
+    rewrite_toml,
     settings_items,
 )
 
@@ -247,7 +248,7 @@ def test_compaction_ratio_accepts_one_as_integer(tmp_path: Path) -> None:
             'tls-port = 6380\ntls-cert-file = "c.pem"\ntls-key-file = "k.pem"\ntls-auth-clients = "yes"',
             "tls-auth-clients: 'yes' needs tls-ca-cert-file",
         ),
-        ("port = 0", "port: 0 turns plain TCP off, so tls-port must be set"),
+        ("port = 0", "port: 0 turns plain TCP off, so tls-port or unixsocket must be set"),
         (
             'client-output-buffer-soft-limit = "2gb"\nclient-output-buffer-hard-limit = "1gb"',
             "client-output-buffer-soft-limit: 2147483648 must not exceed client-output-buffer-hard-limit",
@@ -597,3 +598,16 @@ def test_the_guards_of_debug_and_module() -> None:
         "--enable-module-command: kvd loads no modules (MODULE LIST answers an empty list): only no is accepted, "
         "got 'yes'"
     )
+
+
+def test_unixsocketperm_is_octal_in_every_form(tmp_path: Path) -> None:
+    """As Redis's OCTAL_CONFIG: read, shown by CONFIG GET, and written back by CONFIG REWRITE as octal digits."""
+    s = load_settings(None, ["--unixsocket", "/tmp/kvd-octal.sock", "--unixsocketperm", "0750"])
+    assert s.unixsocketperm == 0o750
+    assert dict(settings_items(s))["unixsocketperm"] == "750"
+    conf = tmp_path / "kvd.toml"
+    conf.write_text(rewrite_toml("", s))
+    assert 'unixsocketperm = "750"' in conf.read_text().splitlines()
+    assert load_settings(str(conf)) == dataclasses.replace(s, config_file=str(conf))
+    with pytest.raises(ConfigError, match="expected an octal number such as 700, got '7a'"):
+        load_settings(None, ["--unixsocketperm", "7a"])

@@ -9,6 +9,9 @@ connector.
 from __future__ import annotations
 
 import random
+import shutil
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -162,3 +165,29 @@ def test_chunk_evicted_between_lookup_and_load_is_recomputed(engine, store: Serv
     assert evicted["stats"]["loaded_chunks"] == 2
     assert evicted["stats"]["load_errors"] == 3
     assert res["log"].count("could not be loaded") == 1
+
+
+def test_saves_and_loads_over_the_unix_socket(engine, baseline) -> None:
+    """``url = "unix:///path"`` with the server's ``unixsocket``: what a host running engine and kvd side by side
+    uses (1.5-2x loopback TCP's load rate on an H200 host, docs/connector.md). The server's SLOWLOG, set to keep
+    every command, shows which connection each came through."""
+    short = Path(tempfile.mkdtemp(prefix="kvd-e2e-", dir="/tmp"))  # sun_path holds 107 bytes; tmp_path may not
+    sock = short / "kvd.sock"
+    srv = Server(short, unixsocket=str(sock), slowlog_log_slower_than="0", slowlog_max_len="10000").start()
+    try:
+        res = engine.run(
+            [{"name": "cold", "prompts": [E]}, {"name": "warm", "prompts": [E]}],
+            {"url": f"unix://{sock}", "chunk_size": CHUNK, "namespace": "e2e-unix"},
+        )
+        cold, warm = res["phases"]
+        assert cold["outputs"] == warm["outputs"] == [baseline["E"]]
+        assert cold["stats"]["saved_chunks"] == 3
+        assert warm["stats"]["hit_tokens"] == 384 and warm["stats"]["loaded_chunks"] == 3
+        assert warm["stats"].get("load_errors", 0) == 0
+        log = redis.Redis(unix_socket_path=str(sock)).slowlog_get(10000)
+        through = {(e["command"].split()[0].upper(), e["client_address"]) for e in log}
+        assert (b"MGET", f"{sock}:0".encode()) in through, sorted(through)[:20]
+        assert (b"SET", f"{sock}:0".encode()) in through, sorted(through)[:20]
+    finally:
+        srv.stop(kill=True)
+        shutil.rmtree(short, ignore_errors=True)
