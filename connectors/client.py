@@ -9,7 +9,9 @@ Built on redis-py (+hiredis for reply parsing). It talks to kvd or to any plain 
 * ``get_many(keys)``: ``MGET``, split into batches of at most ``max_batch_bytes``-ish so a reply never has to hold
   a whole long prompt in memory at once. With ``into=LoadBuffers(...)`` every value is received straight into a
   buffer the caller keeps and reuses (pinned host memory on CUDA), so a load costs the kernel's copy and nothing
-  else: no allocation, no zero-fill, no page faults.
+  else: no allocation, no zero-fill, no page faults. With ``into=SharedLoadBuffers(...)`` (``connectors/shm.py``)
+  a kvd on this host copies the values into the caller's shared memory itself (``KVD.GETINTO``): one copy
+  instead of the socket's two; elsewhere the same buffers take an MGET.
 * ``put_many(items)``: one pipelined ``EXISTS`` round trip to skip chunks some other engine already saved, then
   pipelined ``SET`` of the rest. Values are passed as memoryviews: for large values redis-py's Python packer sends
   the buffer as its own chunk rather than concatenating it into the command (the hiredis packer would copy it),
@@ -37,6 +39,8 @@ from typing import Any
 import redis
 from redis._parsers.base import BaseParser
 from redis.connection import PythonRespSerializer
+
+from connectors.shm import SharedLoadBuffers
 
 logger = logging.getLogger("vllm.kvd.client")
 
@@ -118,7 +122,7 @@ class LoadBuffers:
         return sum(v.nbytes for v in self._views)
 
 
-def _read_bulk_array(sock: Any, into: LoadBuffers | None = None, first: int = 0) -> list[Any]:
+def _read_bulk_array(sock: Any, into: LoadBuffers | SharedLoadBuffers | None = None, first: int = 0) -> list[Any]:
     """Read one RESP2/RESP3 array of bulk strings or nulls from ``sock``. Each value lands in its own new
     ``bytearray``, or, with ``into``, in buffer ``first + i`` of it (returned as a memoryview of the value)."""
     pending = bytearray()
@@ -222,6 +226,7 @@ class KvdClient:
         if pool.connection_class is redis.UnixDomainSocketConnection:
             pool.connection_class = _WideUnixConnection
         self._has_prefixlen: bool | None = None
+        self._has_getinto: bool | None = None  # KVD.GETINTO taken (kvd on this host); False: MGET for good
         self._has_report: bool | None = None
         self._down_until = 0.0
         self._lock = threading.Lock()
@@ -367,8 +372,11 @@ class KvdClient:
                 self._failed("EXISTS", exc)
             return [False] * len(keys)
 
-    def get_many(self, keys: Sequence[str], value_size_hint: int = 0, *, into: LoadBuffers | None = None) -> list[Any]:
-        """Values for ``keys`` (None where missing or on failure), MGET in byte-bounded batches.
+    def get_many(
+        self, keys: Sequence[str], value_size_hint: int = 0, *, into: LoadBuffers | SharedLoadBuffers | None = None
+    ) -> list[Any]:
+        """Values for ``keys`` (None where missing or on failure), MGET in byte-bounded batches; into
+        ``SharedLoadBuffers``, ``KVD.GETINTO`` where the server takes it (kvd on this host: one copy, by kvd).
 
         With ``into``, value ``i`` is a memoryview of buffer ``i`` of it, valid until the next call with the same
         buffers (the caller trims them in between, see ``LoadBuffers``); otherwise large values
@@ -381,9 +389,17 @@ class KvdClient:
         if value_size_hint > 0:
             per_batch = max(1, self.config.max_batch_bytes // value_size_hint)
         out: list[Any] = []
+        shared = isinstance(into, SharedLoadBuffers)
+        if shared:
+            into.ensure(len(keys))  # one resize for the whole load, before kvd maps the file
         try:
             for i in range(0, len(keys), per_batch):
                 batch = keys[i : i + per_batch]
+                if shared and self._has_getinto is not False:
+                    got = self._getinto(batch, into, i)
+                    if got is not None:
+                        out.extend(got)
+                        continue
                 if into is not None or value_size_hint >= _DIRECT_READ_MIN:
                     out.extend(self._mget_into(batch, into, i))
                 else:
@@ -399,7 +415,23 @@ class KvdClient:
         self._ok()
         return out
 
-    def _mget_into(self, keys: Sequence[str], into: LoadBuffers | None, first: int) -> list[Any]:
+    def _getinto(self, keys: Sequence[str], into: SharedLoadBuffers, first: int) -> list[Any] | None:
+        """``KVD.GETINTO``: kvd copies the values into ``into``'s file itself; views of them, None for a missing
+        key or one longer than a slot (never the connector's: its values have one size). None instead of the list
+        where the server does not take the command (Redis, a kvd on another host): MGET from then on."""
+        try:
+            lengths = self._redis.execute_command("KVD.GETINTO", into.name, first * into.slot, into.slot, *keys)
+        except redis.ResponseError as exc:
+            text = str(exc)
+            if _unknown_command(exc) or "is for clients on kvd's host" in text or "shared memory" in text:
+                logger.info("kvd: loads go through the socket (KVD.GETINTO not taken: %s)", text)
+                self._has_getinto = False
+                return None
+            raise
+        self._has_getinto = True
+        return [into.view(first + i, n) if 0 <= n <= into.slot else None for i, n in enumerate(int(n) for n in lengths)]
+
+    def _mget_into(self, keys: Sequence[str], into: LoadBuffers | SharedLoadBuffers | None, first: int) -> list[Any]:
         """MGET whose values are received straight into their final buffers (``into``'s from ``first`` on, or
         new bytearrays).
 

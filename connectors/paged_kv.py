@@ -237,6 +237,22 @@ class PagedKV:
         graphs = [d for d, g in (("saves", self._save_graphs), ("loads", self._load_graphs)) if g is not None]
         return "CUDA graphs for " + " and ".join(graphs) if graphs else "one kernel per layer, no CUDA graphs"
 
+    def host_view(self, mapping: mmap.mmap) -> torch.Tensor:
+        """A uint8 tensor over ``mapping`` (a shared load file, ``connectors/shm.py``), page-locked in place on
+        CUDA so that copies to the device start from it; pageable, with a warning, where the driver refuses."""
+        if not self.cuda:
+            return torch.frombuffer(mapping, dtype=torch.uint8)
+        cudart = torch.cuda.cudart()
+
+        def lock(ptr: int, n: int) -> bool:
+            return int(cudart.cudaHostRegister(ptr, n, 0)) == 0
+
+        buf = locked_pages(len(mapping), lock, cudart.cudaHostUnregister, mapping)
+        if buf is None:
+            logger.warning("kvd: shared load buffers could not be page-locked; copies to the GPU wait for the host")
+            return torch.frombuffer(mapping, dtype=torch.uint8)
+        return buf
+
     def describe(self) -> list[tuple[Any, ...]]:
         """What the bytes of a value depend on: every layer's name, shape, strides, dtype and block dimension."""
         return [
@@ -510,15 +526,21 @@ def _page_locked(size: int) -> torch.Tensor:
     return buf if buf is not None else torch.empty(size, dtype=torch.uint8, pin_memory=True)
 
 
-def locked_pages(size: int, lock: Callable[[int, int], bool], unlock: Callable[[int], Any]) -> torch.Tensor | None:
-    """``size`` zeroed bytes over a private mapping of whole pages, ``lock(address, length)``-ed now and
-    ``unlock(address)``-ed once no tensor uses them, while they are still mapped; None where ``lock`` refuses.
+def locked_pages(
+    size: int, lock: Callable[[int, int], bool], unlock: Callable[[int], Any], mapping: mmap.mmap | None = None
+) -> torch.Tensor | None:
+    """``size`` zeroed bytes over a private mapping of whole pages (or over ``mapping``, a shared load file's),
+    ``lock(address, length)``-ed now and ``unlock(address)``-ed once no tensor uses them, while they are still
+    mapped; None where ``lock`` refuses.
 
     The tensor holds a memoryview of the mapping; the finaliser is keyed on that view and holds the mapping, so
     the pages are unmapped only after ``unlock`` has run (a finaliser on the mapping itself runs after the
     ``munmap``)."""
-    span = max(mmap.PAGESIZE, -(-size // mmap.PAGESIZE) * mmap.PAGESIZE)
-    mapping = mmap.mmap(-1, span, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    if mapping is None:
+        span = max(mmap.PAGESIZE, -(-size // mmap.PAGESIZE) * mmap.PAGESIZE)
+        mapping = mmap.mmap(-1, span, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    else:
+        span = len(mapping)
     view = memoryview(mapping)
     buf = torch.frombuffer(view, dtype=torch.uint8)  # holds the view: it lives as long as any tensor over it
     ptr = buf.data_ptr()

@@ -46,6 +46,7 @@ import logging
 import queue
 import threading
 import time
+import urllib.parse
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -58,9 +59,10 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 )
 from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStats
 
-from connectors import codec, hashing
+from connectors import codec, hashing, shm
 from connectors.client import ClientConfig, KvdClient, LoadBuffers
 from connectors.paged_kv import PagedKV
+from connectors.shm import SharedLoadBuffers
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
@@ -161,6 +163,7 @@ class _Settings:
     model_id: str
     verify_checksum: bool
     load_buffer_bytes: int
+    shared_memory: bool
 
     @classmethod
     def from_config(cls, vllm_config: VllmConfig) -> _Settings:
@@ -194,7 +197,23 @@ class _Settings:
             model_id=str(extra.get("model_id") or served or vllm_config.model_config.model),
             verify_checksum=bool(extra.get("verify_checksum", True)),
             load_buffer_bytes=int(float(extra.get("load_buffer_mb", 256)) * 2**20),
+            shared_memory=_flag(extra.get("shared_memory", True)),
         )
+
+
+def _flag(value: Any) -> bool:
+    """A yes/no option given as JSON true/false or as text ("false", "no", "0")."""
+    if isinstance(value, str):
+        return value.strip().lower() not in ("false", "no", "0", "off", "")
+    return bool(value)
+
+
+def _on_this_host(url: str) -> bool:
+    """Whether ``url`` reaches a server on this host: a unix socket, or a loopback address."""
+    if url.startswith("unix://"):
+        return True
+    host = urllib.parse.urlsplit(url).hostname or ""
+    return host in ("localhost", "127.0.0.1", "::1") or host.startswith("127.")
 
 
 def _key_layout(
@@ -567,21 +586,32 @@ class KvdConnector(KVConnectorBase_V1):
         self._hdr = codec.header_size(len(kv.value_shape))
         self._value_bytes = self._hdr + kv.payload_bytes
         # Loads land in buffers kept from one step to the next (pinned on CUDA, so the copies to the device start
-        # from the received bytes).
-        self._load_buffers = LoadBuffers(self._load_buffer, keep_bytes=self._s.load_buffer_bytes)
+        # from the received bytes): in shared memory that a kvd on this host fills itself (KVD.GETINTO, one copy
+        # instead of the socket's two; connectors/shm.py), else received from the socket.
+        self._load_buffers: LoadBuffers | SharedLoadBuffers
+        if self._s.shared_memory and _on_this_host(self._s.url) and shm.available():
+            # A slot of value + CRLF: an MGET fallback receives each value with its line end.
+            self._load_buffers = SharedLoadBuffers(
+                self._value_bytes + 2, keep_bytes=self._s.load_buffer_bytes, wrap=kv.host_view
+            )
+        else:
+            self._load_buffers = LoadBuffers(self._load_buffer, keep_bytes=self._s.load_buffer_bytes)
         # Value buffers of sent saves, for the next gathers (a fresh 8 MiB tensor costs a page fault per 4 KiB
         # while the forward thread fills it: 2.3 against 0.7 ms per chunk). The oldest go past _SAVE_BUFFERS_KEEP.
         self._save_buffers: deque[torch.Tensor] = deque(maxlen=max(1, _SAVE_BUFFERS_KEEP // self._value_bytes))
         desc = [self._fp, kv.describe(), str(kv.device.type)]
         self._layout_fp = hashlib.blake2b(repr(desc).encode(), digest_size=16).digest()
         logger.info(
-            "kvd connector (worker tp%d): %d layers, block dim %d, chunk value %.2f MiB, copies %s, fingerprint %s, "
-            "url %s",
+            "kvd connector (worker tp%d): %d layers, block dim %d, chunk value %.2f MiB, copies %s, loads %s, "
+            "fingerprint %s, url %s",
             self._tp_rank,
             len(kv.layers),
             kv.layers[0].dim,
             self._value_bytes / 2**20,
             kv.launches,
+            f"into shared memory {self._load_buffers.name}"
+            if isinstance(self._load_buffers, SharedLoadBuffers)
+            else "through the socket",
             self._fp,
             self._client._safe_url(),
         )
@@ -815,4 +845,6 @@ class KvdConnector(KVConnectorBase_V1):
         totals = dict(STATS.total)
         if totals and self._role == KVConnectorRole.WORKER:
             logger.info("kvd connector totals: %s", ", ".join(f"{k}={v}" for k, v in sorted(totals.items())))
+        if isinstance(getattr(self, "_load_buffers", None), SharedLoadBuffers):
+            self._load_buffers.close()  # its /dev/shm file goes now, not at exit
         self._client.close()

@@ -69,6 +69,7 @@ if TYPE_CHECKING:
     from kvd.replica import ReplicaLink
     from kvd.replication import Replica
     from kvd.server import Server
+    from kvd.shm import SharedMemory
     from kvd.stats import CommandStats, ServerStats
     from kvd.tracking import ClientTracking
 
@@ -137,6 +138,7 @@ class Client(asyncio.BufferedProtocol):
         self.addr = "?"
         self.laddr = "?"
         self.unix = False  # connected through the unix socket (CLIENT LIST's flag U)
+        self.shared_memory: SharedMemory | None = None  # files KVD.GETINTO mapped for this client (kvd/shm.py)
         self.created = time.monotonic()
         self.last_active = self.created
         self.last_command = "NULL"
@@ -229,6 +231,8 @@ class Client(asyncio.BufferedProtocol):
         self.unwatch()
         if self.tracking is not None:
             self.server.tracking.disable(self)
+        if self.shared_memory is not None:
+            self.shared_memory.close()
         self.server.unregister(self)
 
     def buffer_updated(self, nbytes: int, reads: int = 1, land: bytearray | None = None) -> None:
@@ -433,12 +437,17 @@ class Client(asyncio.BufferedProtocol):
             if cmd is None or not cmd.protected:
                 return True
         allowed = FIXED.get(cmd.protected) or getattr(self.server.settings, cmd.protected.replace("-", "_"))
-        if allowed == "local":  # Redis's islocalClient: a unix socket, or exactly 127.0.0.1 or ::1
-            if self.transport is None:
-                return False
-            peer = self.transport.get_extra_info("peername")
-            return not isinstance(peer, tuple) or peer[0] in ("127.0.0.1", "::1")
+        if allowed == "local":
+            return self.local
         return allowed == "yes"
+
+    @property
+    def local(self) -> bool:
+        """Redis's islocalClient: the unix socket, or TCP from exactly 127.0.0.1 or ::1."""
+        if self.transport is None:
+            return False
+        peer = self.transport.get_extra_info("peername")
+        return self.unix or not isinstance(peer, tuple) or peer[0] in ("127.0.0.1", "::1")
 
     @property
     def output_mark(self) -> int:

@@ -10,9 +10,12 @@ carried to them. So the engine's two paths are rebuilt from the parts that cost 
 * **recompute**: one prefill forward of all N prompt tokens through a transformers Llama with Llama-3.1-8B's
   shape (32 layers, 4096 wide, 32 query and 8 KV heads, 14336 MLP, bf16; random weights, which do not change the
   time) and the first token's logits, as an engine without a hit computes them.
-* **hit**: the connector's load of the first N - 256 tokens' KV (``connectors.paged_kv_check.load_through``:
-  MGET from a real kvd on loopback, persistence off, received straight into pinned buffers, then
-  ``PagedKV.scatter`` into a paged cache of the model's shape, CUDA graphs on), then a forward of the last chunk
+* **hit**: the connector's load of the first N - 256 tokens' KV (``connectors.paged_kv_check.load_through``)
+  from a real kvd on this host, persistence off, by one of three transports: MGET over loopback TCP or over
+  kvd's unix socket, received straight into pinned buffers, or ``KVD.GETINTO`` (kvd copies the values into the
+  engine's page-locked shared memory, ``connectors/shm.py``); then ``PagedKV.scatter`` into a paged cache of the
+  model's shape, CUDA graphs on. ``--connections N`` adds rows where N connections each receive a share. Then
+  a forward of the last chunk
   of 256 tokens over the N - 256 before it. The connector recomputes at least the last chunk, as vLLM needs one
   token to compute; its attention reads the prefix from a transformers cache made once beforehand, where vLLM's
   reads the paged blocks the load wrote: the same arithmetic, without the hand-off between the two layouts.
@@ -44,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from connectors.client import ClientConfig, KvdClient, LoadBuffers
 from connectors.paged_kv import PagedKV
 from connectors.paged_kv_check import blocks_of, bytes_of, load_buffers, load_through
+from connectors.shm import SharedLoadBuffers
 from connectors.testing import Server
 
 CHUNK = 256  # tokens per kvd value, the connector's default
@@ -176,9 +180,15 @@ def run(args: argparse.Namespace, urls: dict[str, str]) -> dict[str, Any]:
     src = [order[c * bpc : (c + 1) * bpc] for c in range(chunks)]
     dst = [order[(chunks + c) * bpc : (chunks + c + 1) * bpc] for c in range(chunks)]
     keys = [f"ttft:{c}" for c in range(chunks)]
+
+    def buffers(transport: str) -> LoadBuffers | SharedLoadBuffers:
+        if transport == "shm":  # kvd copies into the engine's page-locked shared memory (KVD.GETINTO)
+            return SharedLoadBuffers(kv.payload_bytes, keep_bytes=chunks * kv.payload_bytes, wrap=kv.host_view)
+        return load_buffers(kv, chunks * kv.payload_bytes)
+
     lanes = {
         transport: [
-            (KvdClient(ClientConfig(url=url, timeout_ms=120_000)), load_buffers(kv, chunks * kv.payload_bytes))
+            (KvdClient(ClientConfig(url=url, timeout_ms=120_000)), buffers(transport))
             for _ in range(max(args.connections))
         ]
         for transport, url in urls.items()
@@ -260,14 +270,18 @@ def main() -> int:
     ap.add_argument("--shape", choices=sorted(SHAPES), default="llama-3.1-8b")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--connections", default="1,4", help="connections the load uses, each a row")
-    ap.add_argument("--transports", default="tcp,unix", help="loopback TCP and/or kvd's unix socket, each a row")
+    ap.add_argument(
+        "--transports",
+        default="tcp,unix,shm",
+        help="loopback TCP, kvd's unix socket, shared memory filled by kvd (KVD.GETINTO), each a row",
+    )
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     args.tokens = [int(t) for t in args.tokens.split(",")]
     args.connections = [int(c) for c in args.connections.split(",")]
     args.transports = args.transports.split(",")
-    if not set(args.transports) <= {"tcp", "unix"}:
-        ap.error("--transports: tcp, unix or both")
+    if not set(args.transports) <= {"tcp", "unix", "shm"}:
+        ap.error("--transports: some of tcp, unix, shm")
     if any(t % CHUNK or t < 2 * CHUNK for t in args.tokens):
         ap.error(f"--tokens: each a multiple of {CHUNK}, at least {2 * CHUNK}")
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -277,7 +291,7 @@ def main() -> int:
         sock = Path(tmp) / "kvd.sock"
         server = Server(Path(tmp), persistence=False, maxmemory="64gb", unixsocket=str(sock)).start()
         try:
-            urls = {"tcp": server.url, "unix": f"unix://{sock}"}
+            urls = {"tcp": server.url, "unix": f"unix://{sock}", "shm": f"unix://{sock}"}
             result = run(args, {t: urls[t] for t in args.transports})
         finally:
             server.stop()

@@ -4,7 +4,8 @@
 
 Starts kvd and redis-server (persistence off), each listening on a TCP port and on a unix socket, and moves the
 same values through the connector's client (``connectors.client.KvdClient``: pipelined SETs, MGET received
-into reused buffers) over each of the four paths, in alternating rounds whose order flips every round. In the
+into reused buffers) over each of the four paths, and loads into shared memory that kvd fills itself
+(``KVD.GETINTO``, ``connectors/shm.py``), in alternating rounds whose order flips every round. In the
 same run it measures each transport's ceiling: one connection moving the same bytes with ``sendall`` (from a
 forked process) into ``recv_into`` and nothing else, with the kernel's default buffers. Reports GB/s (medians
 over the rounds, and their range) and the ratios that answer the questions: how much faster is the unix socket
@@ -28,6 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from connectors.client import ClientConfig, KvdClient, LoadBuffers
+from connectors.shm import SharedLoadBuffers
 from connectors.testing import Server
 
 
@@ -97,6 +99,11 @@ def main() -> int:
                         KvdClient(ClientConfig(url=url, timeout_ms=60_000)),
                         LoadBuffers(),
                     )
+            # kvd copies the values into this process's shared memory itself (KVD.GETINTO); saves as unix's
+            clients["kvd shm"] = (
+                KvdClient(ClientConfig(url=f"unix://{Path(tmp) / 'kvd.sock'}", timeout_ms=60_000)),
+                SharedLoadBuffers(size, keep_bytes=total),
+            )
             for i in range(args.rounds):
                 order = list(clients.items())
                 for path, (client, buffers) in order if i % 2 == 0 else reversed(order):
@@ -109,13 +116,18 @@ def main() -> int:
                     got = client.get_many(keys, size, into=buffers)
                     loaded = time.perf_counter() - start
                     assert all(v is not None and bytes(v[:64]) == w[:64] for v, w in zip(got, values, strict=True))
-                    rates.setdefault(f"{path} save", []).append(total / saved / 1e9)
+                    if path != "kvd shm":
+                        rates.setdefault(f"{path} save", []).append(total / saved / 1e9)
                     rates.setdefault(f"{path} load", []).append(total / loaded / 1e9)
+                    if path == "kvd shm":
+                        assert client._has_getinto, "KVD.GETINTO was not taken"
             rates["ceiling tcp"] = ceiling_gbps(socket.AF_INET, total, args.rounds, "")
             rates["ceiling unix"] = ceiling_gbps(socket.AF_UNIX, total, args.rounds, str(Path(tmp) / "raw.sock"))
         finally:
-            for client, _ in clients.values():
+            for client, buffers in clients.values():
                 client.close()
+                if isinstance(buffers, SharedLoadBuffers):
+                    buffers.close()
             for srv in servers.values():
                 srv.stop()
     med = {k: statistics.median(v) for k, v in rates.items()}
@@ -124,6 +136,8 @@ def main() -> int:
         print(f"  {name:18s} {med[name]:6.2f}  ({min(r):.2f}-{max(r):.2f})")
     ratios = {
         "ceiling: unix / tcp": med["ceiling unix"] / med["ceiling tcp"],
+        "kvd load: shm / unix": med["kvd shm load"] / med["kvd unix load"],
+        "kvd load: shm / tcp": med["kvd shm load"] / med["kvd tcp load"],
     }
     for op in ("load", "save"):
         for kind in ("kvd", "redis"):

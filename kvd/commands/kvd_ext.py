@@ -7,6 +7,11 @@ loading from disk into RAM, so the GETs that follow a positive answer are served
 
 ``KVD.REPORT name value [name value ...]`` lets connectors add their client-side counters (hit tokens, load
 time, ...) to the ``# Connector`` section of INFO, so one INFO shows both sides of the cache.
+
+``KVD.GETINTO name offset slot key [key ...]`` is MGET for a client on kvd's host: value ``i`` is copied into
+the client's shared memory ``/dev/shm/<name>`` at ``offset + i * slot`` instead of being sent, and the reply is
+each value's length (-1 for a missing key). A value longer than ``slot`` is not copied; its length tells the client
+to GET it. Which files kvd writes into, and why it is safe, is ``kvd/shm.py``'s.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from kvd.protocol.errors import CommandError
+from kvd.shm import SharedMemory
 
 from .args import parse_int
 from .registry import FAST, LOADING, READONLY, STALE, command
@@ -72,3 +78,63 @@ def report(c: Client, argv: list[Any]) -> None:
             raise CommandError(f"ERR too many connector counters (at most {MAX_COUNTERS})")
         counters[name] = counters.get(name, 0) + value
     c.reply.ok()
+
+
+@command(
+    "kvd.getinto",
+    -5,
+    READONLY,
+    (4, -1, 1),
+    group="kvd",
+    since="0.1.0",
+    complexity="O(N) plus the bytes copied",
+    summary="Copies the values of keys into a client's shared memory on kvd's host, as MGET sends them.",
+    usage="name offset slot key [key ...]",
+    key_flags="RO access",
+)
+def getinto(c: Client, argv: list[Any]) -> Any:
+    if not c.local:
+        raise CommandError("ERR KVD.GETINTO is for clients on kvd's host (the unix socket or loopback); use MGET")
+    name = bytes(argv[1])
+    offset = parse_int(argv[2], "ERR offset is not an integer or out of range")
+    slot = parse_int(argv[3], "ERR slot is not an integer or out of range")
+    if offset < 0:
+        raise CommandError("ERR offset is not an integer or out of range")
+    if slot < 1:
+        raise CommandError("ERR slot is not an integer or out of range")
+    memory = c.shared_memory
+    if memory is None:
+        memory = c.shared_memory = SharedMemory()
+    end = offset + slot * (len(argv) - 4)
+    memory.view(name, end)  # refused before any read if the file will not do
+    values = [c.keyspace.get(bytes(k)) for k in argv[4:]]
+
+    def place(ready: list[Any]) -> None:
+        view = memory.view(name, end)  # again: the file may have changed while disk reads ran
+        lengths = []
+        for i, value in enumerate(ready):
+            if value is None:
+                lengths.append(-1)
+                continue
+            n = len(value)
+            if n <= slot:
+                at = offset + i * slot
+                view[at : at + n] = value
+            lengths.append(n)
+        view.release()
+        c.reply.array(len(lengths))
+        for n in lengths:
+            c.reply.integer(n)
+
+    if all(v is None or isinstance(v, bytes | bytearray | memoryview) for v in values):
+        place(values)
+        return None
+
+    async def finish() -> None:
+        import asyncio
+
+        pending = [v for v in values if v is not None and not isinstance(v, bytes | bytearray | memoryview)]
+        it = iter(await asyncio.gather(*pending))
+        place([next(it) if v is not None and not isinstance(v, bytes | bytearray | memoryview) else v for v in values])
+
+    return finish()

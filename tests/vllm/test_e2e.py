@@ -96,6 +96,9 @@ def test_full_and_partial_prefix_hits_in_a_fresh_process(engine, store: Server, 
         # KVD.REPORT: the engine's counters show up in kvd's INFO connector section.
         assert hits.get("connector_hit_tokens") == 640 + 384 + 640
         assert hits.get("connector_loaded_chunks") == 13
+        # On kvd's host the loads came through the engine's shared memory (KVD.GETINTO), not MGET.
+        calls = {k: v["calls"] for k, v in redis.Redis(port=store.port).info("commandstats").items()}
+        assert calls.get("cmdstat_kvd.getinto", 0) >= 3 and "cmdstat_mget" not in calls
     else:
         assert hits["keyspace_hits"] >= 13
 
@@ -177,7 +180,8 @@ def test_saves_and_loads_over_the_unix_socket(engine, baseline) -> None:
     try:
         res = engine.run(
             [{"name": "cold", "prompts": [E]}, {"name": "warm", "prompts": [E]}],
-            {"url": f"unix://{sock}", "chunk_size": CHUNK, "namespace": "e2e-unix"},
+            # shared_memory off: the values come through the socket, which is what this test is about
+            {"url": f"unix://{sock}", "chunk_size": CHUNK, "namespace": "e2e-unix", "shared_memory": False},
         )
         cold, warm = res["phases"]
         assert cold["outputs"] == warm["outputs"] == [baseline["E"]]

@@ -1,0 +1,137 @@
+"""Load buffers in shared memory that kvd fills itself (``KVD.GETINTO``), for an engine on kvd's host.
+
+Through a socket every loaded byte is copied twice (kvd's send, the engine's receive); into shared memory kvd
+copies it once, and the engine finds the values in place: on CUDA the file is page-locked, so the copies to
+the GPU start from it. The server side, and what it accepts, is ``kvd/shm.py``.
+
+``SharedLoadBuffers`` has ``LoadBuffers``'s interface (``view``, ``backing``, ``trim``), so the connector's load
+path is the same for both; ``KvdClient.get_many(..., into=shared)`` uses ``KVD.GETINTO`` and falls back to MGET
+into the same buffers where the server does not take it (Redis, a remote kvd).
+
+The file: ``/dev/shm/kvd-<pid>-<random>``, mode 0600, one slot of ``slot`` bytes per value, made larger for a
+longer load (resized in place: kvd maps it afresh) and brought back to ``keep_bytes`` by ``trim``. It is
+removed by ``close``, at exit, or when the object is collected; a killed process leaves it behind, so a new one
+removes the files of processes that no longer exist.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import re
+import secrets
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+SHM_DIR = "/dev/shm"
+_OURS = re.compile(r"kvd-(\d+)-[0-9a-f]+")
+
+
+def available() -> bool:
+    """Whether this host has POSIX shared memory where kvd looks for it."""
+    return os.path.isdir(SHM_DIR) and os.access(SHM_DIR, os.W_OK)
+
+
+def remove_orphans() -> list[str]:
+    """Remove the ``kvd-<pid>-*`` files of processes that no longer exist (killed engines); their names."""
+    removed = []
+    with contextlib.suppress(OSError):
+        for name in os.listdir(SHM_DIR):
+            m = _OURS.fullmatch(name)
+            if m is None or _alive(int(m.group(1))):
+                continue
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(SHM_DIR, name))
+                removed.append(name)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process: alive, and not ours to judge
+    return True
+
+
+class SharedLoadBuffers:
+    """``capacity`` slots in one shared-memory file; value ``i`` of a load lands in slot ``i``. A slot is ``slot``
+    bytes rounded up to whole pages, so that every value starts aligned for any element type.
+
+    ``wrap(mapping)`` turns the file's mapping into what ``backing`` slices (the connector: a torch tensor,
+    page-locked on CUDA); by default a memoryview. A value longer than ``slot`` (received by the MGET fallback)
+    goes into a buffer of its own, as ``LoadBuffers`` would put it.
+    """
+
+    def __init__(
+        self, slot: int, keep_bytes: int = 256 * 2**20, wrap: Callable[[mmap.mmap], Any] | None = None
+    ) -> None:
+        if slot < 1:
+            raise ValueError("slot must be at least one byte")
+        self.slot = -(-slot // mmap.PAGESIZE) * mmap.PAGESIZE  # each value starts on a page, as its own buffer would
+        self.keep_bytes = keep_bytes
+        self._wrap = wrap or memoryview
+        remove_orphans()
+        self.name = f"kvd-{os.getpid()}-{secrets.token_hex(8)}"
+        self._path = os.path.join(SHM_DIR, self.name)
+        self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        self._finalizer = weakref.finalize(self, _remove, self._path, self._fd)
+        self.capacity = 0
+        self._map: mmap.mmap | None = None
+        self._backing: Any = None
+        self._view: memoryview | None = None
+        self._overflow: dict[int, tuple[Any, memoryview]] = {}
+        self._resize(max(1, keep_bytes // slot))
+
+    def ensure(self, count: int) -> None:
+        """Room for ``count`` values (the file grows; kvd maps it afresh at its next copy)."""
+        if count > self.capacity:
+            self._resize(count)
+
+    def view(self, i: int, size: int) -> memoryview:
+        """A writable view of ``size`` bytes for value ``i``: its slot, or a buffer of its own if longer."""
+        if size <= self.slot:
+            self.ensure(i + 1)
+            assert self._view is not None
+            return self._view[i * self.slot : i * self.slot + size]
+        buf = bytearray(size)
+        self._overflow[i] = (buf, memoryview(buf))
+        return self._overflow[i][1]
+
+    def backing(self, i: int) -> Any:
+        """What holds value ``i``: a slice of ``wrap(mapping)`` (from the slot's start), or its own buffer."""
+        if i in self._overflow:
+            return self._overflow[i][0]
+        return self._backing[i * self.slot : (i + 1) * self.slot]
+
+    def trim(self) -> None:
+        """Back to ``keep_bytes`` of slots after a long load, and drop buffers of longer values."""
+        self._overflow.clear()
+        keep = max(1, self.keep_bytes // self.slot)
+        if self.capacity > keep:
+            self._resize(keep)
+
+    def close(self) -> None:
+        self._view = self._backing = self._map = None
+        self._overflow.clear()
+        self._finalizer()
+
+    def _resize(self, count: int) -> None:
+        size = count * self.slot
+        self._view = self._backing = None  # the old mapping goes once nothing uses it
+        os.ftruncate(self._fd, size)
+        self._map = mmap.mmap(self._fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        self._view = memoryview(self._map)
+        self._backing = self._wrap(self._map)
+        self.capacity = count
+
+
+def _remove(path: str, fd: int) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+    with contextlib.suppress(OSError):
+        os.close(fd)

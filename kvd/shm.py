@@ -1,0 +1,125 @@
+"""A client's shared memory on kvd's host: where ``KVD.GETINTO`` copies values instead of sending them.
+
+A load through a socket moves every byte twice: kvd's send copies it into the kernel, the client's receive
+copies it out, and either side wakes once per piece in between. A client on kvd's host can instead create a
+POSIX shared-memory object (``/dev/shm/kvd-...``) and name it: kvd maps that file and copies each value into
+its slot there, one copy and no system call per piece, and the client reads the values where they landed (the
+connector's are page-locked, so the GPU copies straight from them). What that buys is measured in
+docs/benchmarks.md ("Loopback TCP against the unix socket").
+
+What kvd accepts, so that no client can make it write where it should not:
+
+* only clients on kvd's host: the unix socket, or TCP from 127.0.0.1 or ::1 (``Client.local``);
+* only files in ``/dev/shm`` whose name is ``kvd-`` and then letters, digits, ``.``, ``_`` or ``-``: kvd never
+  writes into a file that was not made for it;
+* opened without following links, and only a regular file owned by kvd's own user (run the engine and kvd as
+  the same user, or load through the socket);
+* large enough for every slot asked, checked against the file's size right before each copy: writing past the
+  end of a shared mapping kills the writer with SIGBUS, so a file shrunk under kvd is refused, not written. (A
+  process of kvd's own user that shrinks the file between that check and the copy can still crash kvd; such a
+  process could as well kill it.)
+
+Each connection keeps its mappings, at most ``MAX_MAPPINGS`` (the least recently used is unmapped first), until
+it closes; a file replaced under the same name (another inode) or resized is mapped afresh. Complexity: O(1)
+system calls per command once mapped (a ``stat`` and an ``fstat``), plus the copies.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import re
+import stat
+from collections import OrderedDict
+
+from kvd.protocol.errors import CommandError
+
+SHM_DIR = "/dev/shm"
+MAX_MAPPINGS = 4
+_NAME = re.compile(rb"kvd-[A-Za-z0-9._-]{1,200}")
+
+
+class _Mapped:
+    __slots__ = ("fd", "identity", "map", "view")
+
+    def __init__(self, fd: int, identity: tuple[int, int], size: int) -> None:
+        self.fd = fd
+        self.identity = identity
+        self.map = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        self.view = memoryview(self.map)
+
+    def close(self) -> None:
+        self.view.release()
+        try:
+            self.map.close()
+        except BufferError:
+            pass  # a command still holds a slice: the mapping goes with the last view of it
+        os.close(self.fd)
+
+
+class SharedMemory:
+    """One connection's mapped shared-memory files, by name."""
+
+    __slots__ = ("_maps",)
+
+    def __init__(self) -> None:
+        self._maps: OrderedDict[bytes, _Mapped] = OrderedDict()
+
+    def view(self, name: bytes, size: int) -> memoryview:
+        """A writable view of the first ``size`` bytes of ``/dev/shm/<name>``; CommandError saying why not."""
+        shown = name.decode("utf-8", "replace")
+        if not _NAME.fullmatch(name):
+            raise CommandError(
+                f"ERR invalid shared memory name '{shown}': kvd writes only into /dev/shm/kvd-* (letters, digits, "
+                "'.', '_', '-')"
+            )
+        path = os.path.join(SHM_DIR, name.decode())
+        try:
+            st = os.stat(path, follow_symlinks=False)
+        except FileNotFoundError:
+            raise CommandError(f"ERR no shared memory '{shown}' in {SHM_DIR}: the client creates it first") from None
+        except OSError as exc:
+            raise CommandError(f"ERR shared memory '{shown}': {exc.strerror or exc}") from None
+        mapped = self._maps.get(name)
+        if mapped is not None and (mapped.identity != (st.st_dev, st.st_ino) or len(mapped.view) != st.st_size):
+            self._drop(name)  # replaced under the same name, or resized: mapped afresh at its size now
+            mapped = None
+        if mapped is None:
+            mapped = self._map(name, path, shown)
+        self._maps.move_to_end(name)
+        current = os.fstat(mapped.fd).st_size  # the file may have shrunk since it was mapped
+        if current < size or len(mapped.view) < size:
+            raise CommandError(
+                f"ERR shared memory '{shown}' holds {min(current, len(mapped.view))} bytes, {size} needed"
+            )
+        return mapped.view[:size]
+
+    def _map(self, name: bytes, path: str, shown: str) -> _Mapped:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError as exc:
+            raise CommandError(f"ERR shared memory '{shown}': {exc.strerror or exc}") from None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise CommandError(f"ERR shared memory '{shown}' is not a regular file")
+            if st.st_uid != os.geteuid():
+                raise CommandError(f"ERR shared memory '{shown}' is not owned by kvd's user (uid {os.geteuid()})")
+            if st.st_size == 0:
+                raise CommandError(f"ERR shared memory '{shown}' is empty")
+            mapped = _Mapped(fd, (st.st_dev, st.st_ino), st.st_size)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._maps[name] = mapped
+        while len(self._maps) > MAX_MAPPINGS:
+            self._drop(next(iter(self._maps)))
+        return mapped
+
+    def _drop(self, name: bytes) -> None:
+        self._maps.pop(name).close()
+
+    def close(self) -> None:
+        """Unmap everything (the connection closed)."""
+        while self._maps:
+            self._drop(next(iter(self._maps)))

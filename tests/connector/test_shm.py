@@ -1,0 +1,91 @@
+"""Loads into shared memory (``connectors/shm.py`` and ``KVD.GETINTO``) against a real server: kvd copies the
+values into the client's /dev/shm file itself; redis-server does not know the command, and the same buffers take
+an MGET. Either way the values, the misses and the buffers' life (growth, trim, removal) are the same."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import redis
+
+from connectors.client import ClientConfig, KvdClient
+from connectors.shm import SHM_DIR, SharedLoadBuffers, remove_orphans
+from connectors.testing import Server
+
+
+def _calls(r: redis.Redis, command: str) -> int:
+    return int(r.info("commandstats").get(f"cmdstat_{command}", {}).get("calls", 0))
+
+
+def test_values_land_in_shared_memory(kv_server: Server, kv_url: str) -> None:
+    client = KvdClient(ClientConfig(url=kv_url, timeout_ms=20_000, max_batch_bytes=3 << 20))
+    values = [os.urandom(1 << 20) for _ in range(7)] + [b"short"]
+    keys = [f"shm:{i}" for i in range(len(values))]
+    assert client.put_many(list(zip(keys, values, strict=True)), skip_existing=False)[0] == len(values)
+    buffers = SharedLoadBuffers((1 << 20) + 2, keep_bytes=2 * ((1 << 20) + 4096))
+    try:
+        assert buffers.slot == (1 << 20) + 4096  # whole pages: every value starts aligned
+        assert buffers.capacity == 2
+        r = kv_server.client()
+        before = _calls(r, "kvd.getinto")
+        wanted = [*keys[:4], "shm:none", *keys[4:]]
+        got = client.get_many(wanted, 1 << 20, into=buffers)  # three batches: offsets past the first slot
+        assert [bytes(v) if v is not None else None for v in got] == [*values[:4], None, *values[4:]]
+        assert buffers.capacity >= len(wanted)  # grown for the load
+        for i, value in enumerate([*values[:4], None, *values[4:]]):
+            if value is not None:  # backing(i) starts with value i: what the connector scatters from
+                assert bytes(memoryview(buffers.backing(i))[: len(value)]) == value
+        if kv_server.kind == "kvd":
+            assert _calls(r, "kvd.getinto") - before == 3
+            assert client._has_getinto is True
+        else:  # Redis: unknown command once, then MGET into the same buffers for good
+            assert client._has_getinto is False
+        buffers.trim()
+        assert buffers.capacity == 2  # keep_bytes // slot
+        again = client.get_many(keys[:2], 1 << 20, into=buffers)
+        assert [bytes(v) for v in again] == values[:2]
+        path = os.path.join(SHM_DIR, buffers.name)
+        assert os.stat(path).st_mode & 0o777 == 0o600
+    finally:
+        buffers.close()
+        client.close()
+    assert not os.path.exists(path)
+
+
+def test_a_value_longer_than_its_slot_is_a_miss(kv_url: str) -> None:
+    client = KvdClient(ClientConfig(url=kv_url, timeout_ms=20_000))
+    client.put_many([("shm:long", b"x" * 5000), ("shm:fits", b"y" * 100)], skip_existing=False)
+    buffers = SharedLoadBuffers(502, keep_bytes=4096)
+    assert buffers.slot == 4096
+    try:
+        got = client.get_many(["shm:long", "shm:fits"], 100, into=buffers)
+        if client._has_getinto:  # kvd copies what fits and says how long the rest is: not the connector's
+            assert got[0] is None
+        else:  # MGET puts a longer value in a buffer of its own, as LoadBuffers would
+            assert bytes(got[0]) == b"x" * 5000 and bytes(buffers.backing(0)[:5000]) == b"x" * 5000
+        assert bytes(got[1]) == b"y" * 100
+    finally:
+        buffers.close()
+        client.close()
+
+
+def test_files_of_dead_processes_are_removed() -> None:
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    pid = int(dead.stdout)  # exited: nobody has this pid for now
+    orphan = os.path.join(SHM_DIR, f"kvd-{pid}-0123abcd")
+    mine = SharedLoadBuffers(64, keep_bytes=64)
+    other = os.path.join(SHM_DIR, "kvd-not-ours")
+    try:
+        with open(orphan, "wb") as f:
+            f.write(b"left by a killed engine")
+        with open(other, "wb") as f:
+            f.write(b"not named by the connector")
+        assert f"kvd-{pid}-0123abcd" in remove_orphans()
+        assert not os.path.exists(orphan)
+        assert os.path.exists(os.path.join(SHM_DIR, mine.name))  # a live process's file stays
+        assert os.path.exists(other)
+    finally:
+        mine.close()
+        os.unlink(other)
