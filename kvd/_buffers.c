@@ -1,4 +1,4 @@
-/* kvd/_buffers.c: the two buffer operations of kvd/buffers.py as direct calls into CPython's C API.
+/* kvd/_buffers.c: the buffer operations of kvd/buffers.py as direct calls into CPython's C API.
  *
  * Python can express neither: bytearray(n) always clears its memory, and every view Python can make of a
  * bytearray exports it, which forbids resizing the bytearray until the view is released. kvd/buffers.py says
@@ -9,6 +9,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <string.h>
 
 PyDoc_STRVAR(uninitialized_doc,
              "uninitialized(size, /)\n--\n\n"
@@ -58,9 +59,44 @@ unpinned_view(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return PyMemoryView_FromMemory(PyByteArray_AS_STRING(buf) + start, size - start, PyBUF_WRITE);
 }
 
+PyDoc_STRVAR(copy_doc,
+             "copy(dst, src, /)\n--\n\n"
+             "Copy the bytes of src into dst (a writable buffer of the same length) with the GIL released,\n"
+             "so that copies on several threads run at once and the event loop's thread is not held.");
+
+static PyObject *
+copy(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "copy() takes 2 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    Py_buffer dst, src;
+    if (PyObject_GetBuffer(args[0], &dst, PyBUF_WRITABLE) != 0) {
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[1], &src, PyBUF_SIMPLE) != 0) {
+        PyBuffer_Release(&dst);
+        return NULL;
+    }
+    if (dst.len != src.len) {
+        PyErr_Format(PyExc_ValueError, "copy(): %zd bytes into %zd", src.len, dst.len);
+        PyBuffer_Release(&src);
+        PyBuffer_Release(&dst);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    memcpy(dst.buf, src.buf, (size_t)src.len);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&src);
+    PyBuffer_Release(&dst);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef buffers_methods[] = {
     {"uninitialized", uninitialized, METH_O, uninitialized_doc},
     {"unpinned_view", (PyCFunction)(void (*)(void))unpinned_view, METH_FASTCALL, unpinned_view_doc},
+    {"copy", (PyCFunction)(void (*)(void))copy, METH_FASTCALL, copy_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,4 +1,4 @@
-"""Two buffer operations that CPython's C API has and Python does not, for receiving values in place.
+"""Buffer operations that CPython's C API has and Python does not: receiving values in place, copying in parallel.
 
 ``uninitialized(n)``: a bytearray of ``n`` bytes with arbitrary contents. ``bytearray(n)`` always clears its
 memory (17 us for 1 MiB), which is wasted on a buffer the kernel is about to overwrite: a large value received
@@ -9,6 +9,10 @@ anything reads it.
 can still be resized while the view exists. Landing (``kvd/protocol/landing.py``) hands such a view to the
 event loop and cuts the request's header off the front of ``buf`` before the loop has released it. The caller
 must keep ``buf`` referenced and leave its size alone while the view may be written.
+
+``copy(dst, src)``: ``dst[:] = src`` with the GIL released during the ``memcpy``, so that ``KVD.GETINTO``'s
+large copies run on worker threads side by side and off the event loop (``kvd/shm.py``). Without the
+extension it is the slice assignment itself: correct, one copy at a time.
 
 Where each comes from, fastest first (``IMPLEMENTATION`` says which; ``INFO server`` shows it):
 
@@ -83,3 +87,18 @@ def _choose() -> tuple[str, Allocate, View | None]:
 
 
 IMPLEMENTATION, uninitialized, unpinned_view = _choose()
+
+
+def _copy_holding_the_gil(dst: memoryview, src: object) -> None:
+    dst[:] = src  # type: ignore[index]
+
+
+def _copy_function() -> Callable[[memoryview, object], None]:
+    try:
+        from kvd import _buffers
+    except ImportError:
+        return _copy_holding_the_gil
+    return getattr(_buffers, "copy", _copy_holding_the_gil)
+
+
+copy = _copy_function()

@@ -33,6 +33,7 @@ from kvd.protocol import errors
 from kvd.pubsub import PubSub
 from kvd.replica import LoadProgress, ReplicaLink
 from kvd.replication import LINK_IDENTITY_FILE, Replica, ReplicationFeed, save_identity
+from kvd.shm import Copier
 from kvd.slowlog import SlowLog
 from kvd.stats import ServerStats, render_info
 from kvd.store.keyspace import now_ms
@@ -120,6 +121,7 @@ class Server:
         self.failover: Failover | None = None  # FAILOVER on this primary, until the role is handed over
         self.bound_port = settings.port
         self._unix_identity: unixsocket.Identity | None = None  # the socket file bound, removed at shutdown
+        self.copier = Copier()  # KVD.GETINTO's copies into clients' shared memory, on threads (kvd/shm.py)
         self.loop_name = "asyncio"
         self._next_id = 0
         self._listeners: list[asyncio.AbstractServer] = []
@@ -453,6 +455,7 @@ class Server:
             client.kill()
         for server in self._listeners:
             await server.wait_closed()
+        self.copier.close()  # copies in flight finish into memory their clients still map
         if self.keyspace.log is not None:
             await self.keyspace.log.close()
             feed = self.replication

@@ -16,6 +16,7 @@ to GET it. Which files kvd writes into, and why it is safe, is ``kvd/shm.py``'s.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -109,9 +110,10 @@ def getinto(c: Client, argv: list[Any]) -> Any:
     memory.view(name, end)  # refused before any read if the file will not do
     values = [c.keyspace.get(bytes(k)) for k in argv[4:]]
 
-    def place(ready: list[Any]) -> None:
+    def plan(ready: list[Any]) -> tuple[list[int], list[tuple[memoryview, Any]]]:
+        """Each value's length, and the copies to make (of those that fit their slot)."""
         view = memory.view(name, end)  # again: the file may have changed while disk reads ran
-        lengths = []
+        lengths, jobs = [], []
         for i, value in enumerate(ready):
             if value is None:
                 lengths.append(-1)
@@ -119,22 +121,38 @@ def getinto(c: Client, argv: list[Any]) -> Any:
             n = len(value)
             if n <= slot:
                 at = offset + i * slot
-                view[at : at + n] = value
+                jobs.append((view[at : at + n], value))
             lengths.append(n)
-        view.release()
+        return lengths, jobs
+
+    def reply(lengths: list[int]) -> None:
         c.reply.array(len(lengths))
         for n in lengths:
             c.reply.integer(n)
 
-    if all(v is None or isinstance(v, bytes | bytearray | memoryview) for v in values):
-        place(values)
-        return None
+    copier = c.server.copier
+
+    def is_cold(v: Any) -> bool:  # an awaitable: a value the disk tier is reading
+        return v is not None and not isinstance(v, bytes | bytearray | memoryview)
+
+    cold = [v for v in values if is_cold(v)]
+    if not cold:
+        lengths, jobs = plan(values)
+        if copier.inline(jobs):
+            copier.copy_now(jobs)
+            reply(lengths)
+            return None
 
     async def finish() -> None:
-        import asyncio
-
-        pending = [v for v in values if v is not None and not isinstance(v, bytes | bytearray | memoryview)]
-        it = iter(await asyncio.gather(*pending))
-        place([next(it) if v is not None and not isinstance(v, bytes | bytearray | memoryview) else v for v in values])
+        ready = values
+        if cold:
+            loaded = iter(await asyncio.gather(*cold))
+            ready = [
+                next(loaded) if v is not None and not isinstance(v, bytes | bytearray | memoryview) else v
+                for v in values
+            ]
+        lengths, jobs = plan(ready)
+        await copier.copy(jobs)  # on worker threads: the loop serves other clients meanwhile
+        reply(lengths)
 
     return finish()

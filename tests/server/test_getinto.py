@@ -141,3 +141,36 @@ def test_mappings_go_with_the_connection(server, shm_file):
     while shm_file.name in maps.read_text():
         assert time.monotonic() < deadline, "kvd kept the file mapped after the client left"
         time.sleep(0.05)
+
+
+def test_large_values_are_split_across_copy_threads_and_arrive_whole(server, shm_file):
+    r = server.client()
+    values = [os.urandom((9 << 20) + i) for i in range(3)]  # parts of 4 MiB and more, not whole values
+    for i, v in enumerate(values):
+        r.set(f"big{i}", v)
+    slot = 10 << 20
+    with open(shm_file, "r+b") as f:
+        f.truncate(3 * slot)
+    assert getinto(r, shm_file.name, 0, slot, "big0", "big1", "big2") == [len(v) for v in values]
+    data = shm_file.read_bytes()
+    for i, v in enumerate(values):
+        assert data[i * slot : i * slot + len(v)] == v
+
+
+def test_a_client_gone_during_its_copies_costs_nothing(server, shm_file):
+    r = server.client()
+    r.set("big", os.urandom(32 << 20))
+    with open(shm_file, "r+b") as f:
+        f.truncate(8 * (32 << 20))
+    name = shm_file.name.encode()
+    request = [b"KVD.GETINTO", name, b"0", str(32 << 20).encode()] + [b"big"] * 8
+    wire = b"*%d\r\n" % len(request) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in request)
+    for _ in range(3):
+        with socket.create_connection((server.host, server.port), timeout=10) as s:
+            s.sendall(wire)  # and gone before the reply
+    assert r.ping() and r.get("big") is not None
+    maps = Path(f"/proc/{server.pid}/maps")
+    deadline = time.monotonic() + 20
+    while shm_file.name in maps.read_text():
+        assert time.monotonic() < deadline, "the mappings of the clients that left stayed"
+        time.sleep(0.05)
