@@ -117,3 +117,32 @@ def test_unpinned_view_checks_its_arguments(impl):
     for not_a_bytearray in (bytes(8), memoryview(bytearray(8)), [0] * 8):
         with pytest.raises(TypeError):
             unpinned_view(not_a_bytearray, 0)
+
+
+@pytest.mark.parametrize("copy", [buffers.copy, buffers._copy_holding_the_gil], ids=["c", "python"])
+def test_copy_fills_the_destination_exactly(copy):
+    """``copy(dst, src)``: KVD.GETINTO's copies into a client's shared memory (kvd/shm.py)."""
+    import mmap
+    import os
+
+    mapping = mmap.mmap(-1, 4 << 20)
+    view = memoryview(mapping)
+    src = os.urandom(3 << 20)
+    copy(view[4096 : 4096 + len(src)], src)
+    assert mapping[4096 : 4096 + len(src)] == src
+    assert mapping[:4096] == bytes(4096) and mapping[4096 + len(src) :] == bytes((1 << 20) - 4096)
+    copy(view[:5], bytearray(b"hello"))
+    copy(view[5:10], memoryview(b"xxworldxx")[2:7])
+    assert mapping[:10] == b"helloworld"
+    with pytest.raises((ValueError, TypeError)):
+        copy(view[:3], b"toolong")  # lengths must match: nothing is cut or padded
+    with pytest.raises((BufferError, TypeError)):
+        copy(memoryview(b"read-only"), b"123456789")
+    assert mapping[:10] == b"helloworld"
+
+
+def test_copy_is_the_c_one_that_releases_the_gil():
+    """The fallback copies holding the GIL: correct, but KVD.GETINTO's threads would take turns."""
+    from kvd import _buffers
+
+    assert buffers.copy is _buffers.copy
