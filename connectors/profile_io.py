@@ -12,8 +12,10 @@ numbers are the RAM tier. KV tensors have the CPU backend's layout ``(num_blocks
   saves; ``gather, new buffers`` gathers into a fresh tensor per chunk, for comparison;
 * seal: header + xxh3 checksum of the value (save thread);
 * set: pipelined SET (with the EXISTS pre-check) of the values (save thread, network);
-* get: MGET of the values into load buffers reused from pass to pass (``LoadBuffers``, as the connector does);
-  ``get, new buffers`` is the same MGET received into a fresh bytearray per value, for comparison;
+* get: MGET of the values into load buffers reused from pass to pass (``LoadBuffers``, as the connector does
+  through a socket); ``get, new buffers`` is the same MGET received into a fresh bytearray per value, for
+  comparison; ``get, shared memory`` is ``KVD.GETINTO`` into ``SharedLoadBuffers`` (kvd copies the values into
+  this process's /dev/shm file: the connector's way when kvd is on its host, ``connectors/shm.py``);
 * decode: header checks + checksum;
 * scatter: copy into the KV tensors (``index_copy_``).
 
@@ -35,6 +37,7 @@ import torch
 from connectors import codec, hashing
 from connectors.client import ClientConfig, KvdClient, LoadBuffers
 from connectors.paged_kv import PagedKV
+from connectors.shm import SharedLoadBuffers
 from connectors.testing import Server
 
 
@@ -107,6 +110,7 @@ def main() -> None:
     views = [memoryview(b.numpy()).cast("B") for b in bufs]
     got: list[memoryview | None] = []
     load_buffers = LoadBuffers(lambda n: (b := torch.empty(n, dtype=torch.uint8), memoryview(b.numpy()).cast("B")))
+    shared = SharedLoadBuffers(hdr + payload, keep_bytes=args.chunks * (hdr + payload), wrap=kv.host_view)
     payloads: list[memoryview] = []
     for _ in range(args.repeat):
         client.raw().delete(*keys)
@@ -139,6 +143,10 @@ def main() -> None:
         def get_new() -> None:
             client.get_many(keys, hdr + payload)
 
+        def get_shared() -> None:
+            values = client.get_many(keys, hdr + payload, into=shared)
+            assert all(v is not None for v in values), "KVD.GETINTO lost a value"
+
         def decode() -> None:
             payloads[:] = [
                 codec.decode(
@@ -162,13 +170,15 @@ def main() -> None:
         timed("seal", seal)
         timed("set", put)
         timed("get, new buffers", get_new)
+        timed("get, shared memory", get_shared)
         timed("get", get)
         timed("decode", decode)
         timed("scatter", scatter)
 
     save = best["gather"] + best["seal"] + best["set"]
     load = best["get"] + best["decode"] + best["scatter"]
-    print(f"{'stage':<28}{'ms/pass':>10}{'MiB/s':>10}{'x memcpy':>10}")
+    load_shared = best["get, shared memory"] + best["decode"] + best["scatter"]
+    print(f"{'stage':<32}{'ms/pass':>10}{'MiB/s':>10}{'x memcpy':>10}")
     rows = [
         (k, best[k])
         for k in (
@@ -179,13 +189,17 @@ def main() -> None:
             "set",
             "get, new buffers",
             "get",
+            "get, shared memory",
             "decode",
             "scatter",
         )
     ]
     rows += [("save total (gather+seal+set)", save), ("load total (get+decode+scatter)", load)]
+    rows += [("load total, shared memory", load_shared)]
     for name, dt in rows:
-        print(f"{name:<28}{dt * 1e3:>10.1f}{_mbps(total_kv, dt):>10.0f}{dt / best['memcpy']:>10.1f}")
+        print(f"{name:<32}{dt * 1e3:>10.1f}{_mbps(total_kv, dt):>10.0f}{dt / best['memcpy']:>10.1f}")
+    print(f"get, shared memory: {'KVD.GETINTO' if client._has_getinto else 'MGET (the server refused KVD.GETINTO)'}")
+    shared.close()
     client.close()
     if srv is not None:
         srv.stop()
