@@ -389,9 +389,9 @@ class KvdClient:
         if value_size_hint > 0:
             per_batch = max(1, self.config.max_batch_bytes // value_size_hint)
         out: list[Any] = []
-        shared = isinstance(into, SharedLoadBuffers)
-        if shared:
-            into.ensure(len(keys))  # one resize for the whole load, before kvd maps the file
+        # One resize for the whole load, before kvd maps the file; without room in /dev/shm, this load's values
+        # come through the socket, into buffers of their own past the slots there are.
+        shared = isinstance(into, SharedLoadBuffers) and into.ensure(len(keys))
         try:
             for i in range(0, len(keys), per_batch):
                 batch = keys[i : i + per_batch]

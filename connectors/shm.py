@@ -85,17 +85,26 @@ class SharedLoadBuffers:
         self._backing: Any = None
         self._view: memoryview | None = None
         self._overflow: dict[int, tuple[Any, memoryview]] = {}
-        self._resize(max(1, keep_bytes // slot))
+        try:
+            self._resize(max(1, keep_bytes // self.slot))
+        except OSError:
+            self.close()  # no room in /dev/shm: the caller loads through the socket instead
+            raise
 
-    def ensure(self, count: int) -> None:
-        """Room for ``count`` values (the file grows; kvd maps it afresh at its next copy)."""
+    def ensure(self, count: int) -> bool:
+        """Room for ``count`` values (the file grows; kvd maps it afresh at its next copy); False where
+        ``/dev/shm`` has no room for it (values past ``capacity`` then get buffers of their own)."""
         if count > self.capacity:
-            self._resize(count)
+            try:
+                self._resize(count)
+            except OSError:
+                return False
+        return True
 
     def view(self, i: int, size: int) -> memoryview:
-        """A writable view of ``size`` bytes for value ``i``: its slot, or a buffer of its own if longer."""
-        if size <= self.slot:
-            self.ensure(i + 1)
+        """A writable view of ``size`` bytes for value ``i``: its slot, or a buffer of its own if it is longer or
+        past the slots there was room for."""
+        if size <= self.slot and i < self.capacity:
             assert self._view is not None
             return self._view[i * self.slot : i * self.slot + size]
         buf = bytearray(size)
@@ -122,6 +131,10 @@ class SharedLoadBuffers:
 
     def _resize(self, count: int) -> None:
         size = count * self.slot
+        if count > self.capacity:
+            # Every page allocated now: a write into a hole of a full /dev/shm is SIGBUS, for kvd as for us, and
+            # kvd refuses files that are not allocated. ENOSPC here is an OSError the caller sees.
+            os.posix_fallocate(self._fd, 0, size)
         self._view = self._backing = None  # the old mapping goes once nothing uses it
         os.ftruncate(self._fd, size)
         self._map = mmap.mmap(self._fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)

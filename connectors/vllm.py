@@ -588,14 +588,16 @@ class KvdConnector(KVConnectorBase_V1):
         # Loads land in buffers kept from one step to the next (pinned on CUDA, so the copies to the device start
         # from the received bytes): in shared memory that a kvd on this host fills itself (KVD.GETINTO, one copy
         # instead of the socket's two; connectors/shm.py), else received from the socket.
-        self._load_buffers: LoadBuffers | SharedLoadBuffers
+        self._load_buffers: LoadBuffers | SharedLoadBuffers = LoadBuffers(
+            self._load_buffer, keep_bytes=self._s.load_buffer_bytes
+        )
         if self._s.shared_memory and _on_this_host(self._s.url) and shm.available():
-            # A slot of value + CRLF: an MGET fallback receives each value with its line end.
-            self._load_buffers = SharedLoadBuffers(
-                self._value_bytes + 2, keep_bytes=self._s.load_buffer_bytes, wrap=kv.host_view
-            )
-        else:
-            self._load_buffers = LoadBuffers(self._load_buffer, keep_bytes=self._s.load_buffer_bytes)
+            try:  # a slot of value + CRLF: an MGET fallback receives each value with its line end
+                self._load_buffers = SharedLoadBuffers(
+                    self._value_bytes + 2, keep_bytes=self._s.load_buffer_bytes, wrap=kv.host_view
+                )
+            except OSError as exc:
+                logger.warning("kvd: no shared load buffers (%s); loads come through the socket", exc)
         # Value buffers of sent saves, for the next gathers (a fresh 8 MiB tensor costs a page fault per 4 KiB
         # while the forward thread fills it: 2.3 against 0.7 ms per chunk). The oldest go past _SAVE_BUFFERS_KEEP.
         self._save_buffers: deque[torch.Tensor] = deque(maxlen=max(1, _SAVE_BUFFERS_KEEP // self._value_bytes))

@@ -14,8 +14,10 @@ What kvd accepts, so that no client can make it write where it should not:
   writes into a file that was not made for it;
 * opened without following links, and only a regular file owned by kvd's own user (run the engine and kvd as
   the same user, or load through the socket);
-* large enough for every slot asked, checked against the file's size right before each copy: writing past the
-  end of a shared mapping kills the writer with SIGBUS, so a file shrunk under kvd is refused, not written. (A
+* large enough for every slot asked, and allocated, both checked right before each copy: writing past the end
+  of a shared mapping kills the writer with SIGBUS, and so does writing into a hole of a sparse file once
+  ``/dev/shm`` is full (a container's is often 64 MiB). So a file shrunk under kvd is refused, not written, and
+  so is one whose blocks are not all allocated (``st_blocks``; the client ``posix_fallocate``s its file). (A
   process of kvd's own user that shrinks the file between that check and the copy can still crash kvd; such a
   process could as well kill it.)
 
@@ -92,10 +94,15 @@ class SharedMemory:
         if mapped is None:
             mapped = self._map(name, path, shown)
         self._maps.move_to_end(name)
-        current = os.fstat(mapped.fd).st_size  # the file may have shrunk since it was mapped
-        if current < size or len(mapped.view) < size:
+        now = os.fstat(mapped.fd)  # the file may have shrunk since it was mapped
+        if now.st_size < size or len(mapped.view) < size:
             raise CommandError(
-                f"ERR shared memory '{shown}' holds {min(current, len(mapped.view))} bytes, {size} needed"
+                f"ERR shared memory '{shown}' holds {min(now.st_size, len(mapped.view))} bytes, {size} needed"
+            )
+        if now.st_blocks * 512 < size:
+            raise CommandError(
+                f"ERR shared memory '{shown}' is not allocated (the client posix_fallocates it): kvd does not write "
+                "into holes that a full /dev/shm could not fill"
             )
         return mapped.view[:size]
 

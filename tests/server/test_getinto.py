@@ -25,6 +25,15 @@ def shm_file():
     path.unlink(missing_ok=True)
 
 
+def grow(path: Path, size: int) -> None:
+    """Make ``path`` ``size`` bytes, every block allocated, as a client does (kvd refuses holes)."""
+    fd = os.open(path, os.O_RDWR)
+    try:
+        os.posix_fallocate(fd, 0, size)
+    finally:
+        os.close(fd)
+
+
 def getinto(r: redis.Redis, name: str, offset: int, slot: int, *keys: str):
     return r.execute_command("KVD.GETINTO", name, offset, slot, *keys)
 
@@ -97,8 +106,7 @@ def test_a_resized_or_replaced_file_is_mapped_afresh_and_never_written_past_its_
     r = server.client()
     r.set("k", b"K" * 1000)
     assert getinto(r, shm_file.name, 0, 1000, "k") == [1000]
-    with open(shm_file, "r+b") as f:
-        f.truncate(1 << 20)  # grown: the mapping follows
+    grow(shm_file, 1 << 20)  # grown: the mapping follows
     assert getinto(r, shm_file.name, (1 << 20) - 1000, 1000, "k") == [1000]
     assert shm_file.read_bytes()[-1000:] == b"K" * 1000
     with open(shm_file, "r+b") as f:
@@ -121,8 +129,7 @@ def test_values_on_disk_are_read_then_copied(server_factory, shm_file):
     cold = r.info("kvd")["disk_only_keys"]
     assert cold >= 8, "the values were meant to be on disk"
     slot = 512 << 10
-    with open(shm_file, "r+b") as f:
-        f.truncate(slot * len(values))
+    grow(shm_file, slot * len(values))
     assert getinto(r, shm_file.name, 0, slot, *values) == [slot] * len(values)
     data = shm_file.read_bytes()
     for i, v in enumerate(values.values()):
@@ -149,8 +156,7 @@ def test_large_values_are_split_across_copy_threads_and_arrive_whole(server, shm
     for i, v in enumerate(values):
         r.set(f"big{i}", v)
     slot = 10 << 20
-    with open(shm_file, "r+b") as f:
-        f.truncate(3 * slot)
+    grow(shm_file, 3 * slot)
     assert getinto(r, shm_file.name, 0, slot, "big0", "big1", "big2") == [len(v) for v in values]
     data = shm_file.read_bytes()
     for i, v in enumerate(values):
@@ -160,8 +166,7 @@ def test_large_values_are_split_across_copy_threads_and_arrive_whole(server, shm
 def test_a_client_gone_during_its_copies_costs_nothing(server, shm_file):
     r = server.client()
     r.set("big", os.urandom(32 << 20))
-    with open(shm_file, "r+b") as f:
-        f.truncate(8 * (32 << 20))
+    grow(shm_file, 8 * (32 << 20))
     name = shm_file.name.encode()
     request = [b"KVD.GETINTO", name, b"0", str(32 << 20).encode()] + [b"big"] * 8
     wire = b"*%d\r\n" % len(request) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in request)
@@ -174,3 +179,16 @@ def test_a_client_gone_during_its_copies_costs_nothing(server, shm_file):
     while shm_file.name in maps.read_text():
         assert time.monotonic() < deadline, "the mappings of the clients that left stayed"
         time.sleep(0.05)
+
+
+def test_a_sparse_file_is_refused(server, shm_file):
+    """A hole in a /dev/shm file is only given memory when written; on a full /dev/shm (a container's 64 MiB)
+    that write is SIGBUS. So kvd writes only into files whose blocks are all allocated."""
+    r = server.client()
+    r.set("k", b"v" * 100)
+    with open(shm_file, "r+b") as f:
+        f.truncate(1 << 20)  # the first 4096 bytes allocated, the rest a hole
+    with pytest.raises(redis.ResponseError, match="is not allocated \\(the client posix_fallocates it\\)"):
+        getinto(r, shm_file.name, 0, 4096, "k", "k")
+    grow(shm_file, 1 << 20)
+    assert getinto(r, shm_file.name, 0, 4096, "k", "k") == [100, 100]
