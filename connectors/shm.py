@@ -8,10 +8,11 @@ the GPU start from it. The server side, and what it accepts, is ``kvd/shm.py``.
 path is the same for both; ``KvdClient.get_many(..., into=shared)`` uses ``KVD.GETINTO`` and falls back to MGET
 into the same buffers where the server does not take it (Redis, a remote kvd).
 
-The file: ``/dev/shm/kvd-<pid>-<random>``, mode 0600, one slot of ``slot`` bytes per value, made larger for a
-longer load (resized in place: kvd maps it afresh) and brought back to ``keep_bytes`` by ``trim``. It is
-removed by ``close``, at exit, or when the object is collected; a killed process leaves it behind, so a new one
-removes the files of processes that no longer exist.
+The file: ``/dev/shm/kvd-<pid namespace>-<pid>-<random>``, mode 0600, allocated up front, one slot of
+``slot`` bytes per value, made larger for a longer load (resized in place: kvd maps it afresh) and brought back
+to ``keep_bytes`` by ``trim``. It is removed by ``close``, at exit, or when the object is collected; a killed
+process leaves it behind, so a new one removes the files of processes that no longer exist (in its own pid
+namespace only: another container sharing the directory has pids of its own).
 """
 
 from __future__ import annotations
@@ -26,7 +27,16 @@ from collections.abc import Callable
 from typing import Any
 
 SHM_DIR = "/dev/shm"
-_OURS = re.compile(r"kvd-(\d+)-[0-9a-f]+")
+_OURS = re.compile(r"kvd-(\d+)-(\d+)-[0-9a-f]+")  # kvd-<pid namespace>-<pid>-<random>
+
+
+def _pid_namespace() -> str:
+    """This process's pid namespace (the inode of /proc/self/ns/pid), "0" where it cannot be read: pids are
+    only comparable within one, and containers that share a /dev/shm may each have their own."""
+    try:
+        return os.readlink("/proc/self/ns/pid").partition("[")[2].rstrip("]") or "0"
+    except OSError:
+        return "0"
 
 
 def available() -> bool:
@@ -35,12 +45,13 @@ def available() -> bool:
 
 
 def remove_orphans() -> list[str]:
-    """Remove the ``kvd-<pid>-*`` files of processes that no longer exist (killed engines); their names."""
+    """Remove the files of processes of this pid namespace that no longer exist (killed engines); their names."""
     removed = []
+    namespace = _pid_namespace()
     with contextlib.suppress(OSError):
         for name in os.listdir(SHM_DIR):
             m = _OURS.fullmatch(name)
-            if m is None or _alive(int(m.group(1))):
+            if m is None or m.group(1) != namespace or _alive(int(m.group(2))):
                 continue
             with contextlib.suppress(OSError):
                 os.unlink(os.path.join(SHM_DIR, name))
@@ -76,7 +87,7 @@ class SharedLoadBuffers:
         self.keep_bytes = keep_bytes
         self._wrap = wrap or memoryview
         remove_orphans()
-        self.name = f"kvd-{os.getpid()}-{secrets.token_hex(8)}"
+        self.name = f"kvd-{_pid_namespace()}-{os.getpid()}-{secrets.token_hex(8)}"
         self._path = os.path.join(SHM_DIR, self.name)
         self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         self._finalizer = weakref.finalize(self, _remove, self._path, self._fd)

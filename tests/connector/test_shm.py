@@ -74,20 +74,23 @@ def test_a_value_longer_than_its_slot_is_a_miss(kv_url: str) -> None:
 def test_files_of_dead_processes_are_removed() -> None:
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     pid = int(dead.stdout)  # exited: nobody has this pid for now
-    orphan = os.path.join(SHM_DIR, f"kvd-{pid}-0123abcd")
-    mine = SharedLoadBuffers(64, keep_bytes=64)
+    namespace = os.readlink("/proc/self/ns/pid").partition("[")[2].rstrip("]")
+    orphan = os.path.join(SHM_DIR, f"kvd-{namespace}-{pid}-0123abcd")
+    elsewhere = os.path.join(SHM_DIR, f"kvd-1{namespace}-{pid}-0123abcd")  # another container's pids
     other = os.path.join(SHM_DIR, "kvd-not-ours")
+    mine = SharedLoadBuffers(64, keep_bytes=64)
     try:
-        with open(orphan, "wb") as f:
-            f.write(b"left by a killed engine")
-        with open(other, "wb") as f:
-            f.write(b"not named by the connector")
-        assert f"kvd-{pid}-0123abcd" in remove_orphans()
+        for path in (orphan, elsewhere, other):
+            with open(path, "wb") as f:
+                f.write(b"left by someone")
+        assert remove_orphans() == [os.path.basename(orphan)]
         assert not os.path.exists(orphan)
+        assert mine.name.startswith(f"kvd-{namespace}-{os.getpid()}-")
         assert os.path.exists(os.path.join(SHM_DIR, mine.name))  # a live process's file stays
-        assert os.path.exists(other)
+        assert os.path.exists(elsewhere) and os.path.exists(other)
     finally:
         mine.close()
+        os.unlink(elsewhere)
         os.unlink(other)
 
 
