@@ -27,15 +27,13 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_ab import parse_size  # "32M", "256K": the other benchmarks' spelling
 
 from connectors.client import ClientConfig, KvdClient, LoadBuffers
 from connectors.shm import SharedLoadBuffers
 from connectors.testing import Server
-
-
-def parse_size(text: str) -> int:
-    units = {"K": 1 << 10, "M": 1 << 20}
-    return int(text[:-1]) * units[text[-1].upper()] if text[-1].upper() in units else int(text)
 
 
 def _send_forever(listener: socket.socket, total: int) -> None:
