@@ -143,16 +143,16 @@ def getinto(c: Client, argv: list[Any]) -> Any:
             reply(lengths)
             return None
 
-    async def finish() -> None:
-        ready = values
-        if cold:
-            loaded = iter(await asyncio.gather(*cold))
-            ready = [
-                next(loaded) if v is not None and not isinstance(v, bytes | bytearray | memoryview) else v
-                for v in values
-            ]
-        lengths, jobs = plan(ready)
-        await copier.copy(jobs)  # on worker threads: the loop serves other clients meanwhile
+        async def copy_then_reply() -> None:
+            await copier.copy(jobs)  # on worker threads: the loop serves other clients meanwhile
+            reply(lengths)
+
+        return copy_then_reply()
+
+    async def read_copy_reply() -> None:
+        loaded = iter(await asyncio.gather(*cold))
+        lengths, jobs = plan([next(loaded) if is_cold(v) else v for v in values])
+        await copier.copy(jobs)
         reply(lengths)
 
-    return finish()
+    return read_copy_reply()
