@@ -32,11 +32,11 @@ CPU_CASES = {
 }
 
 
-def test_paged_kv_checks_pass_on_cpu(vllm_python: str, tmp_path: Path) -> None:
-    (tmp_path / "tmp").mkdir()
-    out = tmp_path / "checks.json"
+def _run_in_vllm_env(vllm_python: str, tmp_path: Path, args: list[str], out: Path) -> dict:
+    """``vllm_python ARGS --json OUT`` from the repository (torch lives in that environment); its JSON."""
+    (tmp_path / "tmp").mkdir(exist_ok=True)
     proc = subprocess.run(
-        [vllm_python, "-m", "connectors.paged_kv_check", "--device", "cpu", "--json", str(out)],
+        [vllm_python, *args, "--json", str(out)],
         env=engine_env(tmp_path),
         cwd=REPO,
         capture_output=True,
@@ -45,7 +45,12 @@ def test_paged_kv_checks_pass_on_cpu(vllm_python: str, tmp_path: Path) -> None:
         check=False,
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    checks = json.loads(out.read_text())["checks"]
+    return json.loads(out.read_text())
+
+
+def test_paged_kv_checks_pass_on_cpu(vllm_python: str, tmp_path: Path) -> None:
+    args = ["-m", "connectors.paged_kv_check", "--device", "cpu"]
+    checks = _run_in_vllm_env(vllm_python, tmp_path, args, tmp_path / "checks.json")["checks"]
     assert {c["case"] for c in checks} == CPU_CASES
     assert all(c["ok"] and c["device"] == "cpu" for c in checks), checks
 
@@ -53,20 +58,9 @@ def test_paged_kv_checks_pass_on_cpu(vllm_python: str, tmp_path: Path) -> None:
 def test_the_gpu_ttft_bench_runs_on_the_cpu(vllm_python: str, tmp_path: Path) -> None:
     """scripts/bench_gpu_ttft.py's smoke run (a tiny model on the CPU): its docs' numbers come from a GPU, but
     the script, its three transports and its bit-for-bit check of the loaded blocks are kept working here."""
-    (tmp_path / "tmp").mkdir()
-    out = tmp_path / "ttft.json"
-    args = ["--shape", "tiny", "--device", "cpu", "--tokens", "512,768", "--connections", "1,2", "--repeat", "1"]
-    proc = subprocess.run(
-        [vllm_python, str(REPO / "scripts" / "bench_gpu_ttft.py"), *args, "--json", str(out)],
-        env=engine_env(tmp_path),
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    rows = json.loads(out.read_text())["rows"]
+    args = [str(REPO / "scripts" / "bench_gpu_ttft.py"), "--shape", "tiny", "--device", "cpu"]
+    args += ["--tokens", "512,768", "--connections", "1,2", "--repeat", "1"]
+    rows = _run_in_vllm_env(vllm_python, tmp_path, args, tmp_path / "ttft.json")["rows"]
     seen = {(r["tokens"], r["transport"], r["connections"]) for r in rows}
     assert seen == {(n, t, c) for n in (512, 768) for t in ("tcp", "unix", "shm") for c in (1, 2)}
     assert all(r["recompute_ms"] > 0 and r["load_ms"] > 0 and r["loaded_MiB"] > 0 for r in rows)
