@@ -11,7 +11,14 @@ time, ...) to the ``# Connector`` section of INFO, so one INFO shows both sides 
 ``KVD.GETINTO name offset slot key [key ...]`` is MGET for a client on kvd's host: value ``i`` is copied into
 the client's shared memory ``/dev/shm/<name>`` at ``offset + i * slot`` instead of being sent, and the reply is
 each value's length (-1 for a missing key). A value longer than ``slot`` is not copied; its length tells the client
-to GET it. Which files kvd writes into, and why it is safe, is ``kvd/shm.py``'s.
+to GET it.
+
+``KVD.SETFROM name key offset length [key offset length ...]`` is MSET the other way: each key's value is the
+``length`` bytes at ``offset`` of the same kind of file, copied into memory kvd owns, and then every key is set at
+once, as MSET sets them (logged, replicated and evicted like any SET: from there on nothing knows where the bytes
+came from). The copies of large values run on the ``Copier``'s threads, and the keys are set when all are done;
+meanwhile the client's later commands wait, other clients do not. Which files kvd reads and writes, and why it
+is safe, is ``kvd/shm.py``'s.
 """
 
 from __future__ import annotations
@@ -20,11 +27,15 @@ import asyncio
 import re
 from typing import TYPE_CHECKING, Any
 
+from kvd.buffers import uninitialized
+from kvd.protocol import errors
 from kvd.protocol.errors import CommandError
 from kvd.shm import SharedMemory
+from kvd.store.bufpool import MIN_SIZE
 
 from .args import parse_int
-from .registry import FAST, LOADING, READONLY, STALE, command
+from .registry import DENYOOM, FAST, LOADING, READONLY, STALE, WRITE, command
+from .strings import set_all
 
 if TYPE_CHECKING:
     from kvd.connection import Client
@@ -81,6 +92,25 @@ def report(c: Client, argv: list[Any]) -> None:
     c.reply.ok()
 
 
+def _local_only(c: Client, argv: list[Any], instead: str) -> SharedMemory:
+    """The connection's shared-memory mappings; refused for a client that is not on kvd's host (``instead``: the
+    command it should use)."""
+    if not c.local:
+        command = bytes(argv[0]).decode("utf-8", "replace").upper()
+        raise CommandError(f"ERR {command} is for clients on kvd's host (the unix socket or loopback); use {instead}")
+    memory = c.shared_memory
+    if memory is None:
+        memory = c.shared_memory = SharedMemory()
+    return memory
+
+
+def _offset(raw: Any) -> int:
+    offset = parse_int(raw, "ERR offset is not an integer or out of range")
+    if offset < 0:
+        raise CommandError("ERR offset is not an integer or out of range")
+    return offset
+
+
 @command(
     "kvd.getinto",
     -5,
@@ -94,18 +124,12 @@ def report(c: Client, argv: list[Any]) -> None:
     key_flags="RO access",
 )
 def getinto(c: Client, argv: list[Any]) -> Any:
-    if not c.local:
-        raise CommandError("ERR KVD.GETINTO is for clients on kvd's host (the unix socket or loopback); use MGET")
+    memory = _local_only(c, argv, "MGET")
     name = bytes(argv[1])
-    offset = parse_int(argv[2], "ERR offset is not an integer or out of range")
+    offset = _offset(argv[2])
     slot = parse_int(argv[3], "ERR slot is not an integer or out of range")
-    if offset < 0:
-        raise CommandError("ERR offset is not an integer or out of range")
     if slot < 1:
         raise CommandError("ERR slot is not an integer or out of range")
-    memory = c.shared_memory
-    if memory is None:
-        memory = c.shared_memory = SharedMemory()
     end = offset + slot * (len(argv) - 4)
     memory.view(name, end)  # refused before any read if the file will not do
     values = [c.keyspace.get(bytes(k)) for k in argv[4:]]
@@ -156,3 +180,64 @@ def getinto(c: Client, argv: list[Any]) -> Any:
         reply(lengths)
 
     return read_copy_reply()
+
+
+@command(
+    "kvd.setfrom",
+    -5,
+    f"{WRITE} {DENYOOM}",
+    (2, -1, 3),
+    group="kvd",
+    since="0.1.0",
+    complexity="O(N) plus the bytes copied",
+    summary="Sets keys to values copied from a client's shared memory on kvd's host, as MSET sets them.",
+    usage="name key offset length [key offset length ...]",
+    key_flags="OW update",
+)
+def setfrom(c: Client, argv: list[Any]) -> Any:
+    if (len(argv) - 2) % 3:
+        raise CommandError(errors.wrong_arity("kvd.setfrom"))
+    memory = _local_only(c, argv, "MSET")
+    name = bytes(argv[1])
+    keys = [bytes(k) for k in argv[2::3]]
+    spans = []
+    for raw_offset, raw_length in zip(argv[3::3], argv[4::3], strict=True):
+        offset = _offset(raw_offset)
+        length = parse_int(raw_length, "ERR length is not an integer or out of range")
+        if length < 0:
+            raise CommandError("ERR length is not an integer or out of range")
+        if length > c.server.settings.proto_max_bulk_len:
+            raise CommandError(errors.STRING_TOO_LONG)
+        spans.append((offset, offset + length))
+    view = memory.view(name, max(end for _, end in spans))
+    sources = [view[start:end] for start, end in spans]
+    c.keyspace.check_room(list(zip(keys, sources, strict=True)))  # an -OOM before any copy, as MSET's
+    pool = c.keyspace.pool
+    values: list[Any] = []
+    jobs: list[tuple[memoryview, Any]] = []
+    for source in sources:
+        n = len(source)
+        if n < MIN_SIZE:
+            values.append(bytes(source))  # as the parser makes a small value: an immutable bytes
+            continue
+        value = pool.take(n) or uninitialized(n)  # every byte is written by the copy
+        values.append(value)
+        jobs.append((memoryview(value), source))
+
+    def store() -> None:
+        for target, _ in jobs:
+            target.release()  # the stored value is exported by nothing (the pool checks, on its way out)
+        set_all(c, list(zip(keys, values, strict=True)))
+        c.reply.ok()
+
+    copier = c.server.copier
+    if copier.inline(jobs):
+        copier.copy_now(jobs)
+        store()
+        return None
+
+    async def copy_then_store() -> None:
+        await copier.copy(jobs)  # on worker threads: the loop serves other clients meanwhile
+        store()
+
+    return copy_then_store()

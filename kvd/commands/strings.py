@@ -334,12 +334,13 @@ def mset(c: Client, argv: list[Any]) -> None:
     if len(argv) % 2 == 0:
         raise CommandError(errors.wrong_arity("mset"))
     pairs = [(bytes(argv[i]), argv[i + 1]) for i in range(1, len(argv), 2)]
-    _set_all(c, pairs)
+    set_all(c, pairs)
     c.reply.ok()
 
 
-def _set_all(c: Client, pairs: list[tuple[bytes, Any]]) -> None:
-    """MSET's and MSETNX's writes: all of them, or none when they do not all fit (``Keyspace.check_room``)."""
+def set_all(c: Client, pairs: list[tuple[bytes, Any]]) -> None:
+    """MSET's, MSETNX's and KVD.SETFROM's writes: all of them, or none when they do not all fit
+    (``Keyspace.check_room``)."""
     ks = c.keyspace
     ks.check_room(pairs)
     for key, value in pairs:
@@ -366,7 +367,7 @@ def msetnx(c: Client, argv: list[Any]) -> None:
     if any(c.keyspace.lookup_write(k) is not None for k in keys):  # up to the first that exists, as Redis
         c.reply.integer(0)
         return
-    _set_all(c, [(key, argv[i]) for i, key in zip(range(2, len(argv), 2), keys, strict=True)])
+    set_all(c, [(key, argv[i]) for i, key in zip(range(2, len(argv), 2), keys, strict=True)])
     c.reply.integer(1)
 
 

@@ -9,7 +9,15 @@ from support.raw import parse
 pytestmark = [pytest.mark.compat, pytest.mark.timeout(120)]
 
 # What kvd lists that Debian's redis-server 7.0 does not: kvd's own commands, and what Redis 7.2 added.
-KVD_EXTRAS = {b"kvd.prefixlen", b"kvd.report", b"kvd.getinto", b"waitaof", b"client|no-touch", b"client|setinfo"}
+KVD_EXTRAS = {
+    b"kvd.prefixlen",
+    b"kvd.report",
+    b"kvd.getinto",
+    b"kvd.setfrom",
+    b"waitaof",
+    b"client|no-touch",
+    b"client|setinfo",
+}
 
 
 def test_list_names_subcommands_and_filters_each_on_its_own(server):

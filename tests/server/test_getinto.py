@@ -11,27 +11,9 @@ from pathlib import Path
 
 import pytest
 import redis
+from support.shm import SHM, grow
 
 pytestmark = pytest.mark.kvd_only
-
-SHM = Path("/dev/shm")
-
-
-@pytest.fixture
-def shm_file():
-    path = SHM / f"kvd-test-{os.getpid()}-{secrets.token_hex(4)}"
-    path.write_bytes(bytes(4096))
-    yield path
-    path.unlink(missing_ok=True)
-
-
-def grow(path: Path, size: int) -> None:
-    """Make ``path`` ``size`` bytes, every block allocated, as a client does (kvd refuses holes)."""
-    fd = os.open(path, os.O_RDWR)
-    try:
-        os.posix_fallocate(fd, 0, size)
-    finally:
-        os.close(fd)
 
 
 def getinto(r: redis.Redis, name: str, offset: int, slot: int, *keys: str):
