@@ -9,13 +9,15 @@ Built on redis-py (+hiredis for reply parsing). It talks to kvd or to any plain 
 * ``get_many(keys)``: ``MGET``, split into batches of at most ``max_batch_bytes``-ish so a reply never has to hold
   a whole long prompt in memory at once. With ``into=LoadBuffers(...)`` every value is received straight into a
   buffer the caller keeps and reuses (pinned host memory on CUDA), so a load costs the kernel's copy and nothing
-  else: no allocation, no zero-fill, no page faults. With ``into=SharedLoadBuffers(...)`` (``connectors/shm.py``)
+  else: no allocation, no zero-fill, no page faults. With ``into=SharedBuffers(...)`` (``connectors/shm.py``)
   a kvd on this host copies the values into the caller's shared memory itself (``KVD.GETINTO``): one copy
   instead of the socket's two; elsewhere the same buffers take an MGET.
 * ``put_many(items)``: one pipelined ``EXISTS`` round trip to skip chunks some other engine already saved, then
   pipelined ``SET`` of the rest. Values are passed as memoryviews: for large values redis-py's Python packer sends
   the buffer as its own chunk rather than concatenating it into the command (the hiredis packer would copy it),
-  so the client is told to use that packer.
+  so the client is told to use that packer. ``put_shared(items, buffers)`` saves values that are in a
+  ``SharedBuffers`` file: a kvd on this host copies them out itself (``KVD.SETFROM``), any other server gets the
+  same SETs.
 * ``report(counters)``: ``KVD.REPORT``; ignored on servers without it.
 
 Failure policy: every method catches connection errors and timeouts and returns "nothing found" / "nothing
@@ -32,7 +34,7 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,7 +42,7 @@ import redis
 from redis._parsers.base import BaseParser
 from redis.connection import PythonRespSerializer
 
-from connectors.shm import SharedLoadBuffers
+from connectors.shm import SharedBuffers
 
 logger = logging.getLogger("vllm.kvd.client")
 
@@ -122,7 +124,7 @@ class LoadBuffers:
         return sum(v.nbytes for v in self._views)
 
 
-def _read_bulk_array(sock: Any, into: LoadBuffers | SharedLoadBuffers | None = None, first: int = 0) -> list[Any]:
+def _read_bulk_array(sock: Any, into: LoadBuffers | SharedBuffers | None = None, first: int = 0) -> list[Any]:
     """Read one RESP2/RESP3 array of bulk strings or nulls from ``sock``. Each value lands in its own new
     ``bytearray``, or, with ``into``, in buffer ``first + i`` of it (returned as a memoryview of the value)."""
     pending = bytearray()
@@ -227,6 +229,7 @@ class KvdClient:
             pool.connection_class = _WideUnixConnection
         self._has_prefixlen: bool | None = None
         self._has_getinto: bool | None = None  # KVD.GETINTO taken (kvd on this host); False: MGET for good
+        self._has_setfrom: bool | None = None  # KVD.SETFROM taken; False: SET for good
         self._has_report: bool | None = None
         self._down_until = 0.0
         self._lock = threading.Lock()
@@ -373,10 +376,10 @@ class KvdClient:
             return [False] * len(keys)
 
     def get_many(
-        self, keys: Sequence[str], value_size_hint: int = 0, *, into: LoadBuffers | SharedLoadBuffers | None = None
+        self, keys: Sequence[str], value_size_hint: int = 0, *, into: LoadBuffers | SharedBuffers | None = None
     ) -> list[Any]:
         """Values for ``keys`` (None where missing or on failure), MGET in byte-bounded batches; into
-        ``SharedLoadBuffers``, ``KVD.GETINTO`` where the server takes it (kvd on this host: one copy, by kvd).
+        ``SharedBuffers``, ``KVD.GETINTO`` where the server takes it (kvd on this host: one copy, by kvd).
 
         With ``into``, value ``i`` is a memoryview of buffer ``i`` of it, valid until the next call with the same
         buffers (the caller trims them in between, see ``LoadBuffers``); otherwise large values
@@ -391,7 +394,7 @@ class KvdClient:
         out: list[Any] = []
         # One resize for the whole load, before kvd maps the file; without room in /dev/shm, this load's values
         # come through the socket, into buffers of their own past the slots there are.
-        shared = isinstance(into, SharedLoadBuffers) and into.ensure(len(keys))
+        shared = isinstance(into, SharedBuffers) and into.ensure(len(keys))
         try:
             for i in range(0, len(keys), per_batch):
                 batch = keys[i : i + per_batch]
@@ -415,7 +418,7 @@ class KvdClient:
         self._ok()
         return out
 
-    def _getinto(self, keys: Sequence[str], into: SharedLoadBuffers, first: int) -> list[Any] | None:
+    def _getinto(self, keys: Sequence[str], into: SharedBuffers, first: int) -> list[Any] | None:
         """``KVD.GETINTO``: kvd copies the values into ``into``'s file itself; views of them, None for a missing
         key or one longer than a slot (never the connector's: its values have one size). None instead of the list
         where the server does not take the command (Redis, a kvd on another host): MGET from then on."""
@@ -431,7 +434,7 @@ class KvdClient:
         self._has_getinto = True
         return [into.view(first + i, n) if 0 <= n <= into.slot else None for i, n in enumerate(int(n) for n in lengths)]
 
-    def _mget_into(self, keys: Sequence[str], into: LoadBuffers | SharedLoadBuffers | None, first: int) -> list[Any]:
+    def _mget_into(self, keys: Sequence[str], into: LoadBuffers | SharedBuffers | None, first: int) -> list[Any]:
         """MGET whose values are received straight into their final buffers (``into``'s from ``first`` on, or
         new bytearrays).
 
@@ -454,31 +457,68 @@ class KvdClient:
 
     def put_many(self, items: Sequence[tuple[str, Any]], *, skip_existing: bool = True) -> tuple[int, int]:
         """Store ``(key, value)`` pairs; returns (values written, bytes written). Never raises."""
-        if not items or not self.available:
+        values = dict(items)  # one step can complete the same chunk for two requests: each key once
+
+        def send(pipe: Any, keys: list[str]) -> None:
+            for key in keys:
+                pipe.set(key, values[key])
+
+        return self._put({k: len(memoryview(v).cast("B")) for k, v in items}, send, skip_existing)
+
+    def put_shared(
+        self, items: Sequence[tuple[str, int, int]], buffers: SharedBuffers, *, skip_existing: bool = True
+    ) -> tuple[int, int]:
+        """Store values that are in ``buffers``' shared memory: ``(key, slot, length)`` names the first ``length``
+        bytes of slot ``slot``. A kvd on this host copies them out itself (``KVD.SETFROM``: one copy instead of
+        the socket's two); any other server gets pipelined SETs of the same bytes. Returns (values written, bytes
+        written). Never raises."""
+        spans = {key: (slot, n) for key, slot, n in items}
+        if any(not (0 <= slot < buffers.capacity and 0 <= n <= buffers.slot) for slot, n in spans.values()):
+            raise ValueError(f"a value outside the {buffers.capacity} slots of {buffers.slot} bytes of {buffers.name}")
+
+        def send(pipe: Any, keys: list[str]) -> None:
+            if self._has_setfrom is not False:
+                args = [x for k in keys for x in (k, spans[k][0] * buffers.slot, spans[k][1])]
+                try:
+                    self._redis.execute_command("KVD.SETFROM", buffers.name, *args)
+                    self._has_setfrom = True
+                    return
+                except redis.ResponseError as exc:
+                    text = str(exc)
+                    if not (_unknown_command(exc) or "is for clients on kvd's host" in text or "shared memory" in text):
+                        raise
+                    logger.info("kvd: saves go through the socket (KVD.SETFROM not taken: %s)", text)
+                    self._has_setfrom = False
+            for key in keys:
+                slot, n = spans[key]
+                pipe.set(key, buffers.view(slot, n))
+
+        return self._put({k: n for k, (_, n) in spans.items()}, send, skip_existing)
+
+    def _put(
+        self, sizes: dict[str, int], send: Callable[[Any, list[str]], None], skip_existing: bool
+    ) -> tuple[int, int]:
+        """The saves' common part: skip the keys that exist (one EXISTS round trip), then ``send`` the rest in
+        batches of about ``max_batch_bytes`` (each batch: ``send`` fills a pipeline, which is then executed).
+        ``sizes``: the bytes of each key's value. A failure is logged and the save counts as nothing written."""
+        if not sizes or not self.available:
             return 0, 0
-        if len({k for k, _ in items}) != len(items):  # one step can complete the same chunk for two requests
-            seen: set[str] = set()
-            items = [kv for kv in items if not (kv[0] in seen or seen.add(kv[0]))]
         try:
-            todo: Iterable[tuple[str, Any]] = items
+            todo = list(sizes)
             if skip_existing:
-                present = self.exists_many([k for k, _ in items], raise_errors=True)
-                todo = [kv for kv, p in zip(items, present, strict=True) if not p]
-            written = 0
-            nbytes = 0
-            pipe = self._redis.pipeline(transaction=False)
+                present = self.exists_many(todo, raise_errors=True)
+                todo = [k for k, p in zip(todo, present, strict=True) if not p]
+            batch: list[str] = []
             batch_bytes = 0
-            for key, value in todo:
-                pipe.set(key, value)
-                size = len(memoryview(value).cast("B"))
-                batch_bytes += size
-                written += 1
-                nbytes += size
-                if batch_bytes >= self.config.max_batch_bytes:
-                    pipe.execute()
-                    batch_bytes = 0
-            if len(pipe):
-                pipe.execute()
+            for i, key in enumerate(todo):
+                batch.append(key)
+                batch_bytes += sizes[key]
+                if batch_bytes >= self.config.max_batch_bytes or i == len(todo) - 1:
+                    pipe = self._redis.pipeline(transaction=False)
+                    send(pipe, batch)
+                    if len(pipe):
+                        pipe.execute()
+                    batch, batch_bytes = [], 0
         except _NETWORK_ERRORS as exc:
             self._failed("save", exc)
             return 0, 0
@@ -487,7 +527,7 @@ class KvdClient:
             logger.warning("save refused by server: %s", exc)
             return 0, 0
         self._ok()
-        return written, nbytes
+        return len(todo), sum(sizes[k] for k in todo)
 
     def report(self, counters: dict[str, int]) -> bool:
         """Send counter increments with KVD.REPORT; False (silently) where the server lacks it or is down."""

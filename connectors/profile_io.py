@@ -14,7 +14,7 @@ numbers are the RAM tier. KV tensors have the CPU backend's layout ``(num_blocks
 * set: pipelined SET (with the EXISTS pre-check) of the values (save thread, network);
 * get: MGET of the values into load buffers reused from pass to pass (``LoadBuffers``, as the connector does
   through a socket); ``get, new buffers`` is the same MGET received into a fresh bytearray per value, for
-  comparison; ``get, shared memory`` is ``KVD.GETINTO`` into ``SharedLoadBuffers`` (kvd copies the values into
+  comparison; ``get, shared memory`` is ``KVD.GETINTO`` into ``SharedBuffers`` (kvd copies the values into
   this process's /dev/shm file: the connector's way when kvd is on its host, ``connectors/shm.py``);
 * decode: header checks + checksum;
 * scatter: copy into the KV tensors (``index_copy_``).
@@ -37,7 +37,7 @@ import torch
 from connectors import codec, hashing
 from connectors.client import ClientConfig, KvdClient, LoadBuffers
 from connectors.paged_kv import PagedKV
-from connectors.shm import SharedLoadBuffers
+from connectors.shm import SharedBuffers
 from connectors.testing import Server
 
 
@@ -110,7 +110,7 @@ def main() -> None:
     views = [memoryview(b.numpy()).cast("B") for b in bufs]
     got: list[memoryview | None] = []
     load_buffers = LoadBuffers(lambda n: (b := torch.empty(n, dtype=torch.uint8), memoryview(b.numpy()).cast("B")))
-    shared = SharedLoadBuffers(hdr + payload, keep_bytes=args.chunks * (hdr + payload), wrap=kv.host_view)
+    shared = SharedBuffers(hdr + payload, keep_bytes=args.chunks * (hdr + payload), wrap=kv.host_view)
     payloads: list[memoryview] = []
     for _ in range(args.repeat):
         client.raw().delete(*keys)

@@ -1,12 +1,16 @@
-"""Load buffers in shared memory that kvd fills itself (``KVD.GETINTO``), for an engine on kvd's host.
+"""Buffers in shared memory that kvd reads and writes itself, for an engine on kvd's host: loads
+(``KVD.GETINTO``) and saves (``KVD.SETFROM``).
 
-Through a socket every loaded byte is copied twice (kvd's send, the engine's receive); into shared memory kvd
-copies it once, and the engine finds the values in place: on CUDA the file is page-locked, so the copies to
-the GPU start from it. The server side, and what it accepts, is ``kvd/shm.py``.
+Through a socket every byte is copied twice (the sender's send, the receiver's receive); through shared memory
+kvd copies it once. A load lands where the engine reads it, and on CUDA the file is page-locked, so the copies to
+the GPU start from it; a save is gathered from the GPU straight into the file and kvd copies it out into memory
+of its own. The server side, and what it accepts, is ``kvd/shm.py``.
 
-``SharedLoadBuffers`` has ``LoadBuffers``'s interface (``view``, ``backing``, ``trim``), so the connector's load
+``SharedBuffers`` has ``LoadBuffers``'s interface (``view``, ``backing``, ``trim``), so the connector's load
 path is the same for both; ``KvdClient.get_many(..., into=shared)`` uses ``KVD.GETINTO`` and falls back to MGET
-into the same buffers where the server does not take it (Redis, a remote kvd).
+into the same buffers where the server does not take it (Redis, a remote kvd). For saves the connector keeps a
+second file of a fixed number of slots, one per queued save: ``KvdClient.put_shared`` names their slots in
+``KVD.SETFROM``, or SETs their bytes where that is not taken.
 
 The file: ``/dev/shm/kvd-<pid namespace>-<pid>-<random>``, mode 0600, allocated up front, one slot of
 ``slot`` bytes per value, made larger for a longer load (resized in place: kvd maps it afresh) and brought back
@@ -69,8 +73,9 @@ def _alive(pid: int) -> bool:
     return True
 
 
-class SharedLoadBuffers:
-    """``capacity`` slots in one shared-memory file; value ``i`` of a load lands in slot ``i``. A slot is ``slot``
+class SharedBuffers:
+    """``capacity`` slots in one shared-memory file; value ``i`` of a load lands in slot ``i``, and a save names the
+    slot its value is in. A slot is ``slot``
     bytes rounded up to whole pages, so that every value starts aligned for any element type.
 
     ``wrap(mapping)`` turns the file's mapping into what ``backing`` slices (the connector: a torch tensor,

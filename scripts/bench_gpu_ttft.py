@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from connectors.client import ClientConfig, KvdClient, LoadBuffers
 from connectors.paged_kv import PagedKV
 from connectors.paged_kv_check import blocks_of, bytes_of, load_buffers, load_through
-from connectors.shm import SharedLoadBuffers
+from connectors.shm import SharedBuffers
 from connectors.testing import Server
 
 CHUNK = 256  # tokens per kvd value, the connector's default
@@ -181,9 +181,9 @@ def run(args: argparse.Namespace, urls: dict[str, str]) -> dict[str, Any]:
     dst = [order[(chunks + c) * bpc : (chunks + c + 1) * bpc] for c in range(chunks)]
     keys = [f"ttft:{c}" for c in range(chunks)]
 
-    def buffers(transport: str) -> LoadBuffers | SharedLoadBuffers:
+    def buffers(transport: str) -> LoadBuffers | SharedBuffers:
         if transport == "shm":  # kvd copies into the engine's page-locked shared memory (KVD.GETINTO)
-            return SharedLoadBuffers(kv.payload_bytes, keep_bytes=chunks * kv.payload_bytes, wrap=kv.host_view)
+            return SharedBuffers(kv.payload_bytes, keep_bytes=chunks * kv.payload_bytes, wrap=kv.host_view)
         return load_buffers(kv, chunks * kv.payload_bytes)
 
     lanes = {

@@ -1,6 +1,7 @@
-"""Loads into shared memory (``connectors/shm.py`` and ``KVD.GETINTO``) against a real server: kvd copies the
-values into the client's /dev/shm file itself; redis-server does not know the command, and the same buffers take
-an MGET. Either way the values, the misses and the buffers' life (growth, trim, removal) are the same."""
+"""Loads and saves through shared memory (``connectors/shm.py``, ``KVD.GETINTO`` and ``KVD.SETFROM``) against a
+real server: kvd copies the values into and out of the client's /dev/shm file itself; redis-server does not know
+the commands, and the same buffers take an MGET or SETs. Either way the values, the misses and the buffers' life
+(growth, trim, removal) are the same."""
 
 from __future__ import annotations
 
@@ -8,10 +9,11 @@ import os
 import subprocess
 import sys
 
+import pytest
 import redis
 
 from connectors.client import ClientConfig, KvdClient
-from connectors.shm import SHM_DIR, SharedLoadBuffers, remove_orphans
+from connectors.shm import SHM_DIR, SharedBuffers, remove_orphans
 from connectors.testing import Server
 
 
@@ -24,7 +26,7 @@ def test_values_land_in_shared_memory(kv_server: Server, kv_url: str) -> None:
     values = [os.urandom(1 << 20) for _ in range(7)] + [b"short"]
     keys = [f"shm:{i}" for i in range(len(values))]
     assert client.put_many(list(zip(keys, values, strict=True)), skip_existing=False)[0] == len(values)
-    buffers = SharedLoadBuffers((1 << 20) + 2, keep_bytes=2 * ((1 << 20) + 4096))
+    buffers = SharedBuffers((1 << 20) + 2, keep_bytes=2 * ((1 << 20) + 4096))
     try:
         assert buffers.slot == (1 << 20) + 4096  # whole pages: every value starts aligned
         assert buffers.capacity == 2
@@ -57,7 +59,7 @@ def test_values_land_in_shared_memory(kv_server: Server, kv_url: str) -> None:
 def test_a_value_longer_than_its_slot_is_a_miss(kv_url: str) -> None:
     client = KvdClient(ClientConfig(url=kv_url, timeout_ms=20_000))
     client.put_many([("shm:long", b"x" * 5000), ("shm:fits", b"y" * 100)], skip_existing=False)
-    buffers = SharedLoadBuffers(502, keep_bytes=4096)
+    buffers = SharedBuffers(502, keep_bytes=4096)
     assert buffers.slot == 4096
     try:
         got = client.get_many(["shm:long", "shm:fits"], 100, into=buffers)
@@ -71,6 +73,36 @@ def test_a_value_longer_than_its_slot_is_a_miss(kv_url: str) -> None:
         client.close()
 
 
+def test_saves_from_shared_memory(kv_server: Server, kv_url: str) -> None:
+    client = KvdClient(ClientConfig(url=kv_url, timeout_ms=20_000, max_batch_bytes=3 << 20))
+    values = [os.urandom((1 << 20) - i) for i in range(6)] + [b"short"]
+    buffers = SharedBuffers(1 << 20, keep_bytes=len(values) << 20)
+    try:
+        order = [3, 0, 6, 5, 1, 4, 2]  # any slot for any key, as a queue of saves hands them out
+        for slot, value in zip(order, values, strict=True):
+            buffers.view(slot, len(value))[:] = value
+        items = [(f"save:{i}", slot, len(v)) for i, (slot, v) in enumerate(zip(order, values, strict=True))]
+        r = kv_server.client()
+        before = _calls(r, "kvd.setfrom")
+        client.put_many([("save:6", b"already there")], skip_existing=False)
+        assert client.put_shared(items, buffers) == (6, sum(len(v) for v in values[:6]))  # save:6 existed
+        assert r.mget([k for k, _, _ in items]) == [*values[:6], b"already there"]
+        buffers.view(3, 4)[:] = b"next"  # the slot is reused at once: the server's copy is its own
+        assert r.get("save:0") == values[0]
+        if kv_server.kind == "kvd":
+            assert _calls(r, "kvd.setfrom") - before == 2  # batches of 3 MiB or just over: 4 values, then 2
+            assert client._has_setfrom is True
+        else:  # Redis: unknown command once, then SETs of the same bytes for good
+            assert client._has_setfrom is False
+        assert client.put_shared([("save:x", 3, 4)], buffers, skip_existing=False) == (1, 4)
+        assert r.get("save:x") == b"next"
+        with pytest.raises(ValueError, match="outside the 7 slots"):
+            client.put_shared([("save:y", 7, 1)], buffers)
+    finally:
+        buffers.close()
+        client.close()
+
+
 def test_files_of_dead_processes_are_removed() -> None:
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     pid = int(dead.stdout)  # exited: nobody has this pid for now
@@ -78,7 +110,7 @@ def test_files_of_dead_processes_are_removed() -> None:
     orphan = os.path.join(SHM_DIR, f"kvd-{namespace}-{pid}-0123abcd")
     elsewhere = os.path.join(SHM_DIR, f"kvd-1{namespace}-{pid}-0123abcd")  # another container's pids
     other = os.path.join(SHM_DIR, "kvd-not-ours")
-    mine = SharedLoadBuffers(64, keep_bytes=64)
+    mine = SharedBuffers(64, keep_bytes=64)
     try:
         for path in (orphan, elsewhere, other):
             with open(path, "wb") as f:
@@ -97,12 +129,12 @@ def test_files_of_dead_processes_are_removed() -> None:
 _NO_ROOM = """
 import os, resource, signal, sys
 from connectors.client import ClientConfig, KvdClient
-from connectors.shm import SharedLoadBuffers
+from connectors.shm import SharedBuffers
 
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # past the limit: EFBIG, as ENOSPC on a full /dev/shm
 resource.setrlimit(resource.RLIMIT_FSIZE, (3 * 4096, 3 * 4096))
 try:
-    SharedLoadBuffers(4096, keep_bytes=4 * 4096)
+    SharedBuffers(4096, keep_bytes=4 * 4096)
     sys.exit("a file larger than there is room for was made")
 except OSError:
     pass
@@ -110,7 +142,7 @@ client = KvdClient(ClientConfig(url=sys.argv[1], timeout_ms=20_000))
 values = [os.urandom(3000) for _ in range(5)]
 keys = [f"noroom:{i}" for i in range(5)]
 client.put_many(list(zip(keys, values)), skip_existing=False)
-buffers = SharedLoadBuffers(4096, keep_bytes=2 * 4096)
+buffers = SharedBuffers(4096, keep_bytes=2 * 4096)
 got = client.get_many(keys, 3000, into=buffers)  # 5 slots do not fit: this load comes through the socket
 assert buffers.capacity == 2, buffers.capacity
 assert [bytes(v) for v in got] == values
