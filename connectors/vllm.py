@@ -62,7 +62,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStat
 from connectors import codec, hashing, shm
 from connectors.client import ClientConfig, KvdClient, LoadBuffers
 from connectors.paged_kv import PagedKV
-from connectors.shm import SharedLoadBuffers
+from connectors.shm import SharedBuffers
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
@@ -588,12 +588,12 @@ class KvdConnector(KVConnectorBase_V1):
         # Loads land in buffers kept from one step to the next (pinned on CUDA, so the copies to the device start
         # from the received bytes): in shared memory that a kvd on this host fills itself (KVD.GETINTO, one copy
         # instead of the socket's two; connectors/shm.py), else received from the socket.
-        self._load_buffers: LoadBuffers | SharedLoadBuffers = LoadBuffers(
+        self._load_buffers: LoadBuffers | SharedBuffers = LoadBuffers(
             self._load_buffer, keep_bytes=self._s.load_buffer_bytes
         )
         if self._s.shared_memory and _on_this_host(self._s.url) and shm.available():
             try:  # a slot of value + CRLF: an MGET fallback receives each value with its line end
-                self._load_buffers = SharedLoadBuffers(
+                self._load_buffers = SharedBuffers(
                     self._value_bytes + 2, keep_bytes=self._s.load_buffer_bytes, wrap=kv.host_view
                 )
             except OSError as exc:
@@ -601,18 +601,33 @@ class KvdConnector(KVConnectorBase_V1):
         # Value buffers of sent saves, for the next gathers (a fresh 8 MiB tensor costs a page fault per 4 KiB
         # while the forward thread fills it: 2.3 against 0.7 ms per chunk). The oldest go past _SAVE_BUFFERS_KEEP.
         self._save_buffers: deque[torch.Tensor] = deque(maxlen=max(1, _SAVE_BUFFERS_KEEP // self._value_bytes))
+        # With kvd on this host, saves are gathered into slots of a shared file that kvd copies out itself
+        # (KVD.SETFROM): _SAVE_BUFFERS_KEEP of them, handed out and returned like the buffers above; a save that
+        # finds none free takes a buffer of its own and goes through the socket.
+        self._save_shared: SharedBuffers | None = None
+        self._free_save_slots: deque[int] = deque()
+        if self._s.shared_memory and _on_this_host(self._s.url) and shm.available():
+            try:
+                keep = min(_SAVE_BUFFERS_KEEP, self._s.save_queue_max_bytes)  # more would never all be queued
+                self._save_shared = SharedBuffers(self._value_bytes, keep_bytes=keep, wrap=kv.host_view)
+                self._free_save_slots.extend(range(self._save_shared.capacity))
+            except OSError as exc:
+                logger.warning("kvd: no shared save buffers (%s); saves go through the socket", exc)
         desc = [self._fp, kv.describe(), str(kv.device.type)]
         self._layout_fp = hashlib.blake2b(repr(desc).encode(), digest_size=16).digest()
         logger.info(
             "kvd connector (worker tp%d): %d layers, block dim %d, chunk value %.2f MiB, copies %s, loads %s, "
-            "fingerprint %s, url %s",
+            "saves %s, fingerprint %s, url %s",
             self._tp_rank,
             len(kv.layers),
             kv.layers[0].dim,
             self._value_bytes / 2**20,
             kv.launches,
             f"into shared memory {self._load_buffers.name}"
-            if isinstance(self._load_buffers, SharedLoadBuffers)
+            if isinstance(self._load_buffers, SharedBuffers)
+            else "through the socket",
+            f"from shared memory {self._save_shared.name} ({self._save_shared.capacity} slots)"
+            if self._save_shared is not None
             else "through the socket",
             self._fp,
             self._client._safe_url(),
@@ -722,7 +737,7 @@ class KvdConnector(KVConnectorBase_V1):
             return
         start = time.perf_counter()
         value_bytes = self._value_bytes
-        batch: list[tuple[str, bytes, Any, Any]] = []
+        batch: list[tuple[str, bytes, Any, Any, int | None]] = []
         dropped = 0
         for r in meta.saves:
             for op in r.chunks:
@@ -736,8 +751,8 @@ class KvdConnector(KVConnectorBase_V1):
                 if full:
                     dropped += 1
                     continue
-                buf, event = self._gather(op)
-                batch.append((self._k(op.key), op.chunk_hash, buf, event))
+                buf, event, slot = self._gather(op)
+                batch.append((self._k(op.key), op.chunk_hash, buf, event, slot))
         if batch:
             self._idle.clear()
             self._saves.put(batch)
@@ -746,14 +761,21 @@ class KvdConnector(KVConnectorBase_V1):
             logger.debug("kvd: save queue full, dropped %d chunk(s)", dropped)
         self._maybe_worker_report()
 
-    def _gather(self, op: ChunkOp) -> tuple[torch.Tensor, Any]:
-        """Copy a chunk's blocks of every layer into one value buffer (payload area; header filled later)."""
+    def _gather(self, op: ChunkOp) -> tuple[torch.Tensor, Any, int | None]:
+        """Copy a chunk's blocks of every layer into one value buffer (payload area; header filled later): a slot
+        of the shared save file where one is free (returned with its index), else a buffer of its own."""
         assert self._kv is not None
-        try:
-            buf = self._save_buffers.pop()  # sent and done with (the saver returns buffers only after put_many)
-        except IndexError:
-            buf = self._kv.host_buffer(self._value_bytes)
-        return buf, self._kv.gather(op.block_ids, buf[self._hdr :])
+        slot = None
+        if self._free_save_slots:
+            assert self._save_shared is not None
+            slot = self._free_save_slots.popleft()  # returned by the saver once kvd has the value
+            buf = self._save_shared.backing(slot)[: self._value_bytes]
+        else:
+            try:
+                buf = self._save_buffers.pop()  # sent and done with (the saver returns buffers after put_many)
+            except IndexError:
+                buf = self._kv.host_buffer(self._value_bytes)
+        return buf, self._kv.gather(op.block_ids, buf[self._hdr :]), slot
 
     def _save_loop(self) -> None:
         while True:
@@ -764,21 +786,29 @@ class KvdConnector(KVConnectorBase_V1):
             start = time.perf_counter()
             kv = self._kv
             assert kv is not None  # batches come from wait_for_save, after register_kv_caches
-            items = []
-            for key, chash, buf, event in batch:
+            items, shared = [], []
+            for key, chash, buf, event, slot in batch:
                 if event is not None:
                     event.synchronize()
                 mv = memoryview(buf.numpy()).cast("B")
                 codec.seal(mv, dtype=kv.dtype_name, shape=kv.value_shape, layout_fp=self._layout_fp, chunk_hash=chash)
-                items.append((key, mv))
+                if slot is None:
+                    items.append((key, mv))
+                else:
+                    shared.append((key, slot, self._value_bytes))
             written, nbytes = self._client.put_many(items)
-            self._save_buffers.extend(buf for _, _, buf, _ in batch)
+            if shared:
+                assert self._save_shared is not None
+                more, more_bytes = self._client.put_shared(shared, self._save_shared)
+                written, nbytes = written + more, nbytes + more_bytes
+            self._save_buffers.extend(buf for _, _, buf, _, slot in batch if slot is None)
+            self._free_save_slots.extend(slot for _, _, _, _, slot in batch if slot is not None)
             with self._queued_lock:
                 self._queued_bytes -= len(batch) * self._value_bytes
             STATS.add(
                 saved_chunks=written,
                 saved_bytes=nbytes,
-                save_skipped=len(items) - written if self._client.available else 0,
+                save_skipped=len(batch) - written if self._client.available else 0,
                 save_us=int((time.perf_counter() - start) * 1e6),
             )
             if self._saves.empty():
@@ -847,6 +877,8 @@ class KvdConnector(KVConnectorBase_V1):
         totals = dict(STATS.total)
         if totals and self._role == KVConnectorRole.WORKER:
             logger.info("kvd connector totals: %s", ", ".join(f"{k}={v}" for k, v in sorted(totals.items())))
-        if isinstance(getattr(self, "_load_buffers", None), SharedLoadBuffers):
+        if isinstance(getattr(self, "_load_buffers", None), SharedBuffers):
             self._load_buffers.close()  # its /dev/shm file goes now, not at exit
+        if getattr(self, "_save_shared", None) is not None:
+            self._save_shared.close()
         self._client.close()
