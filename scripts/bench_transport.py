@@ -4,13 +4,13 @@
 
 Starts kvd and redis-server (persistence off), each listening on a TCP port and on a unix socket, and moves the
 same values through the connector's client (``connectors.client.KvdClient``: pipelined SETs, MGET received
-into reused buffers) over each of the four paths, and loads into shared memory that kvd fills itself
-(``KVD.GETINTO``, ``connectors/shm.py``), in alternating rounds whose order flips every round. In the
-same run it measures each transport's ceiling: one connection moving the same bytes with ``sendall`` (from a
-forked process) into ``recv_into`` and nothing else, with the kernel's default buffers. Reports GB/s (medians
-over the rounds, and their range) and the ratios that answer the questions: how much faster is the unix socket
-(for kvd, for Redis, for the bare ceiling), and where does kvd stand against Redis and against the ceiling on
-each.
+into reused buffers) over each of the four paths, and through shared memory that kvd reads and writes itself
+(loads ``KVD.GETINTO``, saves ``KVD.SETFROM``; ``connectors/shm.py``), in alternating rounds whose order flips
+every round. In the same run it measures each transport's ceiling: one connection moving the same bytes with
+``sendall`` (from a forked process) into ``recv_into`` and nothing else, with the kernel's default buffers.
+Reports GB/s (medians over the rounds, and their range) and the ratios that answer the questions: how much
+faster is the unix socket, or shared memory (for kvd, for Redis, for the bare ceiling), and where does kvd stand
+against Redis and against the ceiling on each.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_ab import parse_size  # "32M", "256K": the other benchmarks' spelling
 
 from connectors.client import ClientConfig, KvdClient, LoadBuffers
-from connectors.shm import SharedLoadBuffers
+from connectors.shm import SharedBuffers
 from connectors.testing import Server
 
 
@@ -97,16 +97,25 @@ def main() -> int:
                         KvdClient(ClientConfig(url=url, timeout_ms=60_000)),
                         LoadBuffers(),
                     )
-            # kvd copies the values into this process's shared memory itself (KVD.GETINTO); saves as unix's
+            # kvd copies the values into and out of this process's shared memory itself (KVD.GETINTO and
+            # KVD.SETFROM). The saves' values are in their slots before the clock starts: the connector gathers
+            # each chunk from the GPU straight into its slot, where it would otherwise gather into a buffer.
             clients["kvd shm"] = (
                 KvdClient(ClientConfig(url=f"unix://{Path(tmp) / 'kvd.sock'}", timeout_ms=60_000)),
-                SharedLoadBuffers(size, keep_bytes=total),
+                SharedBuffers(size, keep_bytes=total),
             )
+            outgoing = SharedBuffers(size, keep_bytes=total)
+            for i, value in enumerate(values):
+                outgoing.view(i, size)[:] = value
+            from_slots = [(key, i, size) for i, key in enumerate(keys)]
             for i in range(args.rounds):
                 order = list(clients.items())
                 for path, (client, buffers) in order if i % 2 == 0 else reversed(order):
                     start = time.perf_counter()
-                    written, _ = client.put_many(list(zip(keys, values, strict=True)), skip_existing=False)
+                    if path == "kvd shm":
+                        written, _ = client.put_shared(from_slots, outgoing, skip_existing=False)
+                    else:
+                        written, _ = client.put_many(list(zip(keys, values, strict=True)), skip_existing=False)
                     saved = time.perf_counter() - start
                     assert written == args.values, f"{path}: {written} of {args.values} values saved"
                     buffers.trim()
@@ -114,17 +123,18 @@ def main() -> int:
                     got = client.get_many(keys, size, into=buffers)
                     loaded = time.perf_counter() - start
                     assert all(v is not None and bytes(v[:64]) == w[:64] for v, w in zip(got, values, strict=True))
-                    if path != "kvd shm":
-                        rates.setdefault(f"{path} save", []).append(total / saved / 1e9)
+                    rates.setdefault(f"{path} save", []).append(total / saved / 1e9)
                     rates.setdefault(f"{path} load", []).append(total / loaded / 1e9)
                     if path == "kvd shm":
-                        assert client._has_getinto, "KVD.GETINTO was not taken"
+                        assert client._has_getinto and client._has_setfrom, "KVD.GETINTO or KVD.SETFROM not taken"
             rates["ceiling tcp"] = ceiling_gbps(socket.AF_INET, total, args.rounds, "")
             rates["ceiling unix"] = ceiling_gbps(socket.AF_UNIX, total, args.rounds, str(Path(tmp) / "raw.sock"))
         finally:
+            if "outgoing" in locals():
+                outgoing.close()
             for client, buffers in clients.values():
                 client.close()
-                if isinstance(buffers, SharedLoadBuffers):
+                if isinstance(buffers, SharedBuffers):
                     buffers.close()
             for srv in servers.values():
                 srv.stop()
@@ -136,6 +146,8 @@ def main() -> int:
         "ceiling: unix / tcp": med["ceiling unix"] / med["ceiling tcp"],
         "kvd load: shm / unix": med["kvd shm load"] / med["kvd unix load"],
         "kvd load: shm / tcp": med["kvd shm load"] / med["kvd tcp load"],
+        "kvd save: shm / unix": med["kvd shm save"] / med["kvd unix save"],
+        "kvd save: shm / tcp": med["kvd shm save"] / med["kvd tcp save"],
     }
     for op in ("load", "save"):
         for kind in ("kvd", "redis"):

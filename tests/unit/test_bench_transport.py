@@ -1,6 +1,6 @@
 """scripts/bench_transport.py, where the docs' TCP / unix socket / shared-memory numbers come from: a smoke run
 against real servers (kvd and redis-server) that must keep working, not be fast. The script itself checks every
-value it loads and that KVD.GETINTO was taken."""
+value it loads and that KVD.GETINTO and KVD.SETFROM were taken."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ def test_a_short_run_reports_every_path_and_ratio(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads(out.read_text())
     paths = {f"{k} {t} {op}" for k in ("kvd", "redis") for t in ("tcp", "unix") for op in ("save", "load")}
-    assert set(result["rates"]) == paths | {"kvd shm load", "ceiling tcp", "ceiling unix"}
+    assert set(result["rates"]) == paths | {"kvd shm load", "kvd shm save", "ceiling tcp", "ceiling unix"}
     assert all(len(v) == 1 and v[0] > 0 for v in result["rates"].values())
-    assert "kvd load: shm / unix" in result["ratios"] and "kvd load over unix / its ceiling" in result["ratios"]
+    for ratio in ("kvd load: shm / unix", "kvd save: shm / unix", "kvd load over unix / its ceiling"):
+        assert ratio in result["ratios"]
