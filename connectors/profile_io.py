@@ -11,7 +11,9 @@ numbers are the RAM tier. KV tensors have the CPU backend's layout ``(num_blocks
   forward thread pays for a save. The buffers are reused from pass to pass, as the connector reuses those of sent
   saves; ``gather, new buffers`` gathers into a fresh tensor per chunk, for comparison;
 * seal: header + xxh3 checksum of the value (save thread);
-* set: pipelined SET (with the EXISTS pre-check) of the values (save thread, network);
+* set: pipelined SET (with the EXISTS pre-check) of the values (save thread, network); ``set, shared memory``
+  is ``KVD.SETFROM`` of the same values from the slots of a ``SharedBuffers`` file (kvd copies them out itself:
+  the connector's way when kvd is on its host; its gather writes into those slots instead of its own buffers);
 * get: MGET of the values into load buffers reused from pass to pass (``LoadBuffers``, as the connector does
   through a socket); ``get, new buffers`` is the same MGET received into a fresh bytearray per value, for
   comparison; ``get, shared memory`` is ``KVD.GETINTO`` into ``SharedBuffers`` (kvd copies the values into
@@ -111,6 +113,9 @@ def main() -> None:
     got: list[memoryview | None] = []
     load_buffers = LoadBuffers(lambda n: (b := torch.empty(n, dtype=torch.uint8), memoryview(b.numpy()).cast("B")))
     shared = SharedBuffers(hdr + payload, keep_bytes=args.chunks * (hdr + payload), wrap=kv.host_view)
+    outgoing = SharedBuffers(hdr + payload, keep_bytes=args.chunks * (hdr + payload), wrap=kv.host_view)
+    assert outgoing.ensure(args.chunks), "no room in /dev/shm for the save slots"
+    slots = [(key, c, hdr + payload) for c, key in enumerate(keys)]
     payloads: list[memoryview] = []
     for _ in range(args.repeat):
         client.raw().delete(*keys)
@@ -135,6 +140,10 @@ def main() -> None:
 
         def put() -> None:
             written, _ = client.put_many(list(zip(keys, views, strict=True)))
+            assert written == args.chunks, written
+
+        def put_shared() -> None:
+            written, _ = client.put_shared(slots, outgoing)
             assert written == args.chunks, written
 
         def get() -> None:
@@ -169,6 +178,10 @@ def main() -> None:
         timed("gather", gather)
         timed("seal", seal)
         timed("set", put)
+        client.raw().delete(*keys)
+        for c in range(args.chunks):
+            outgoing.view(c, hdr + payload)[:] = views[c]  # where the gather would have put them
+        timed("set, shared memory", put_shared)
         timed("get, new buffers", get_new)
         timed("get, shared memory", get_shared)
         timed("get", get)
@@ -176,6 +189,7 @@ def main() -> None:
         timed("scatter", scatter)
 
     save = best["gather"] + best["seal"] + best["set"]
+    save_shared = best["gather"] + best["seal"] + best["set, shared memory"]
     load = best["get"] + best["decode"] + best["scatter"]
     load_shared = best["get, shared memory"] + best["decode"] + best["scatter"]
     print(f"{'stage':<32}{'ms/pass':>10}{'MiB/s':>10}{'x memcpy':>10}")
@@ -187,6 +201,7 @@ def main() -> None:
             "gather",
             "seal",
             "set",
+            "set, shared memory",
             "get, new buffers",
             "get",
             "get, shared memory",
@@ -195,11 +210,13 @@ def main() -> None:
         )
     ]
     rows += [("save total (gather+seal+set)", save), ("load total (get+decode+scatter)", load)]
-    rows += [("load total, shared memory", load_shared)]
+    rows += [("save total, shared memory", save_shared), ("load total, shared memory", load_shared)]
     for name, dt in rows:
         print(f"{name:<32}{dt * 1e3:>10.1f}{_mbps(total_kv, dt):>10.0f}{dt / best['memcpy']:>10.1f}")
     print(f"get, shared memory: {'KVD.GETINTO' if client._has_getinto else 'MGET (the server refused KVD.GETINTO)'}")
+    print(f"set, shared memory: {'KVD.SETFROM' if client._has_setfrom else 'SET (the server refused KVD.SETFROM)'}")
     shared.close()
+    outgoing.close()
     client.close()
     if srv is not None:
         srv.stop()
