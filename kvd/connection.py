@@ -138,7 +138,7 @@ class Client(asyncio.BufferedProtocol):
         self.addr = "?"
         self.laddr = "?"
         self.unix = False  # connected through the unix socket (CLIENT LIST's flag U)
-        self.shared_memory: SharedMemory | None = None  # files KVD.GETINTO mapped for this client (kvd/shm.py)
+        self.shared_memory: SharedMemory | None = None  # files KVD.GETINTO/SETFROM mapped for this client (kvd/shm.py)
         self.created = time.monotonic()
         self.last_active = self.created
         self.last_command = "NULL"

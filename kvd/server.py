@@ -121,7 +121,7 @@ class Server:
         self.failover: Failover | None = None  # FAILOVER on this primary, until the role is handed over
         self.bound_port = settings.port
         self._unix_identity: unixsocket.Identity | None = None  # the socket file bound, removed at shutdown
-        self.copier = Copier()  # KVD.GETINTO's copies into clients' shared memory, on threads (kvd/shm.py)
+        self.copier = Copier()  # KVD.GETINTO's and SETFROM's copies to and from clients' shared memory (kvd/shm.py)
         self.loop_name = "asyncio"
         self._next_id = 0
         self._listeners: list[asyncio.AbstractServer] = []

@@ -1,22 +1,25 @@
-"""A client's shared memory on kvd's host: where ``KVD.GETINTO`` copies values instead of sending them.
+"""A client's shared memory on kvd's host: where ``KVD.GETINTO`` copies values instead of sending them, and
+where ``KVD.SETFROM`` copies them from instead of receiving them.
 
 A load through a socket moves every byte twice: kvd's send copies it into the kernel, the client's receive
 copies it out, and either side wakes once per piece in between. A client on kvd's host can instead create a
 POSIX shared-memory object (``/dev/shm/kvd-...``) and name it: kvd maps that file and copies each value into
 its slot there, one copy and no system call per piece, and the client reads the values where they landed (the
-connector's are page-locked, so the GPU copies straight from them). What that buys is measured in
-docs/benchmarks.md ("Loopback TCP against the unix socket").
+connector's are page-locked, so the GPU copies straight from them). A save goes the same way back: the client
+gathers values into slots of such a file and names them, and kvd copies each one out into a buffer of its own.
+What that buys is measured in docs/benchmarks.md ("Loopback TCP, the unix socket and shared memory").
 
-What kvd accepts, so that no client can make it write where it should not:
+What kvd accepts, so that no client can make it write, or read, where it should not:
 
 * only clients on kvd's host: the unix socket, or TCP from 127.0.0.1 or ::1 (``Client.local``);
 * only files in ``/dev/shm`` whose name is ``kvd-`` and then letters, digits, ``.``, ``_`` or ``-``: kvd never
   writes into a file that was not made for it;
 * opened without following links, and only a regular file owned by kvd's own user (run the engine and kvd as
   the same user, or load through the socket);
-* large enough for every slot asked, and allocated, both checked right before each copy: writing past the end
-  of a shared mapping kills the writer with SIGBUS, and so does writing into a hole of a sparse file once
-  ``/dev/shm`` is full (a container's is often 64 MiB). So a file shrunk under kvd is refused, not written, and
+* large enough for every slot asked, and allocated, both checked right before each copy: touching a shared
+  mapping past the end of its file kills the process with SIGBUS, and so does touching a hole of a sparse file
+  once ``/dev/shm`` is full (a container's is often 64 MiB: tmpfs gives a hole a page on first touch, read or
+  write). So a file shrunk under kvd is refused, not written, and
   so is one whose blocks are not all allocated (``st_blocks``; the client ``posix_fallocate``s its file). (A
   process of kvd's own user that shrinks the file between that check and the copy can still crash kvd; such a
   process could as well kill it.)
@@ -143,7 +146,8 @@ PART_MIN = 4 << 20  # no thread is handed less than this: below it the hand-over
 
 
 class Copier:
-    """``KVD.GETINTO``'s copies on worker threads, the GIL released during each ``memcpy`` (``kvd/buffers.py``).
+    """``KVD.GETINTO``'s and ``KVD.SETFROM``'s copies on worker threads, the GIL released during each ``memcpy``
+    (``kvd/buffers.py``).
 
     Two reasons. The event loop is free meanwhile: on the loop's own thread, the copies of a 32k-token load of an
     8B model (4.3 GB) would hold every other client for about 0.7 s (their pace on the H200 host measured,
