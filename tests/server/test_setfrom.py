@@ -185,3 +185,16 @@ def test_a_client_gone_during_its_copies_costs_nothing(server, shm_file):
     while r.exists(*[f"gone{i}" for i in range(8)]) not in (0, 8):
         assert time.monotonic() < deadline, "some keys of one command were set without the others"
         time.sleep(0.05)
+
+
+def test_a_sparse_file_is_refused(server, shm_file):
+    """Reading a hole of a /dev/shm file gives it a page too, which on a full /dev/shm is SIGBUS: refused."""
+    r = server.client()
+    with open(shm_file, "r+b") as f:
+        f.truncate(1 << 20)  # the first 4096 bytes allocated, the rest a hole
+    with pytest.raises(redis.ResponseError, match="is not allocated"):
+        setfrom(r, shm_file.name, "k", 8192, 100)
+    assert r.exists("k") == 0
+    grow(shm_file, 1 << 20)
+    assert setfrom(r, shm_file.name, "k", 8192, 100)
+    assert r.get("k") == bytes(100)
