@@ -195,7 +195,7 @@ class _Settings:
             save_queue_depth=int(extra.get("save_queue_depth", 64)),
             save_queue_max_bytes=int(extra.get("save_queue_max_mb", 1024)) * 2**20,
             model_id=str(extra.get("model_id") or served or vllm_config.model_config.model),
-            verify_checksum=bool(extra.get("verify_checksum", True)),
+            verify_checksum=_flag(extra.get("verify_checksum", True)),
             load_buffer_bytes=int(float(extra.get("load_buffer_mb", 256)) * 2**20),
             shared_memory=_flag(extra.get("shared_memory", True)),
         )

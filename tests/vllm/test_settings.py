@@ -1,0 +1,57 @@
+"""The connector's options as vLLM hands them over (``kv_connector_extra_config``: JSON from the command line, so
+a yes/no option may arrive as true/false or as text), parsed in the vLLM environment where the connector runs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from connectors.testing import engine_env
+
+REPO = Path(__file__).resolve().parents[2]
+
+_PARSE = """
+import json, sys
+from types import SimpleNamespace
+from connectors.vllm import _Settings
+
+out = {}
+for name, extra in json.loads(sys.argv[1]).items():
+    config = SimpleNamespace(
+        kv_transfer_config=SimpleNamespace(kv_connector_extra_config=extra),
+        cache_config=SimpleNamespace(block_size=16),
+        model_config=SimpleNamespace(served_model_name=None, model="m"),
+    )
+    s = _Settings.from_config(config)
+    out[name] = [s.verify_checksum, s.shared_memory]
+print(json.dumps(out))
+"""
+
+
+def test_yes_no_options_given_as_json_or_as_text(vllm_python: str, tmp_path: Path) -> None:
+    cases = {
+        "defaults": {},
+        "json false": {"verify_checksum": False, "shared_memory": False},
+        "text false": {"verify_checksum": "false", "shared_memory": "no"},
+        "text off, 0": {"verify_checksum": "off", "shared_memory": "0"},
+        "text true": {"verify_checksum": "true", "shared_memory": "yes"},
+    }
+    (tmp_path / "tmp").mkdir()
+    proc = subprocess.run(
+        [vllm_python, "-c", _PARSE, json.dumps(cases)],
+        env=engine_env(tmp_path),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {
+        "defaults": [True, True],
+        "json false": [False, False],
+        "text false": [False, False],
+        "text off, 0": [False, False],
+        "text true": [True, True],
+    }
