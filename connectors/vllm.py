@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import mmap
 import queue
 import threading
 import time
@@ -601,14 +602,16 @@ class KvdConnector(KVConnectorBase_V1):
         # Value buffers of sent saves, for the next gathers (a fresh 8 MiB tensor costs a page fault per 4 KiB
         # while the forward thread fills it: 2.3 against 0.7 ms per chunk). The oldest go past _SAVE_BUFFERS_KEEP.
         self._save_buffers: deque[torch.Tensor] = deque(maxlen=max(1, _SAVE_BUFFERS_KEEP // self._value_bytes))
-        # With kvd on this host, saves are gathered into slots of a shared file that kvd copies out itself
-        # (KVD.SETFROM): _SAVE_BUFFERS_KEEP of them, handed out and returned like the buffers above; a save that
-        # finds none free takes a buffer of its own and goes through the socket.
+        # With kvd on this host, the save queue lives in a shared file that kvd copies out itself (KVD.SETFROM):
+        # a slot per chunk the queue may hold (save_queue_depth, save_queue_max_mb), allocated up front, handed
+        # out and returned like the buffers above; a save that still finds none free (several steps' batches
+        # queued) takes a buffer of its own and goes through the socket.
         self._save_shared: SharedBuffers | None = None
         self._free_save_slots: deque[int] = deque()
         if self._s.shared_memory and _on_this_host(self._s.url) and shm.available():
+            slots = max(1, min(self._s.save_queue_depth, self._s.save_queue_max_bytes // self._value_bytes))
             try:
-                keep = min(_SAVE_BUFFERS_KEEP, self._s.save_queue_max_bytes)  # more would never all be queued
+                keep = slots * (-(-self._value_bytes // mmap.PAGESIZE) * mmap.PAGESIZE)  # whole pages per slot
                 self._save_shared = SharedBuffers(self._value_bytes, keep_bytes=keep, wrap=kv.host_view)
                 self._free_save_slots.extend(range(self._save_shared.capacity))
             except OSError as exc:
