@@ -10,6 +10,7 @@ from . import (  # noqa: F401  (registration side effects)
     keys,
     kvd_ext,
     lcs,
+    lolwut,
     memory,
     modules,
     objects,

@@ -563,8 +563,9 @@ def _doc_pairs(cmd: Command, parent: Command | None = None) -> list[tuple[str, o
         ("summary", cmd.summary),
         ("since", cmd.since),
         ("group", cmd.group),
-        ("complexity", cmd.complexity),
     ]
+    if cmd.complexity:  # Redis leaves it out where its JSON has none (LOLWUT)
+        pairs.append(("complexity", cmd.complexity))
     arguments = cmd.arguments()
     if arguments:
         pairs.append(("arguments", [_arg_pairs(a) for a in arguments]))
