@@ -20,6 +20,12 @@ carried to them. So the engine's two paths are rebuilt from the parts that cost 
   token to compute; its attention reads the prefix from a transformers cache made once beforehand, where vLLM's
   reads the paged blocks the load wrote: the same arithmetic, without the hand-off between the two layouts.
 
+* **save**: the other direction, on one connection per transport: every chunk of the prefix gathered from the
+  paged cache into host memory (pinned buffers, or slots of a page-locked shared file for ``shm``) and saved
+  (pipelined SETs, or ``KVD.SETFROM``: kvd copies the slots out itself). A prefill makes KV at its own rate
+  (``kv_GB/s`` in the rows: the prefix's bytes over the recompute's time); where saves are slower, a connector
+  saving every prompt falls behind and its queue drops saves.
+
 Each figure is the median of ``--repeat`` timed runs after one warm-up, the GPU drained around each. The ratio
 recompute / hit is the speed-up a prefix hit gives the first token; the load's GB/s can be set against the
 loopback ceiling that ``bench_cuda_path.py`` measures on the same machine.
@@ -166,6 +172,26 @@ def load_parallel(
     kv.end_load()
 
 
+def save_through(
+    kv: PagedKV, client: KvdClient, staging: list[torch.Tensor] | SharedBuffers, keys: list[str], srcs: list[list[int]]
+) -> None:
+    """What the connector's ``wait_for_save`` and its saver do, without vLLM: every chunk gathered into its host
+    buffer (a slot of ``staging`` when it is shared memory), then one save of them all."""
+    n = kv.payload_bytes
+    targets = [staging.backing(i)[:n] if isinstance(staging, SharedBuffers) else staging[i] for i in range(len(keys))]
+    events = [kv.gather(s, t) for s, t in zip(srcs, targets, strict=True)]
+    for event in events:
+        if event is not None:  # CUDA: the copy out is queued; the saver waits for it
+            event.synchronize()
+    if isinstance(staging, SharedBuffers):
+        written, _ = client.put_shared([(k, i, n) for i, k in enumerate(keys)], staging, skip_existing=False)
+    else:
+        written, _ = client.put_many(
+            [(k, bytes_of(t)) for k, t in zip(keys, targets, strict=True)], skip_existing=False
+        )
+    assert written == len(keys), f"{written} of {len(keys)} chunks saved"
+
+
 def run(args: argparse.Namespace, urls: dict[str, str]) -> dict[str, Any]:
     device = torch.device(args.device)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
@@ -194,6 +220,15 @@ def run(args: argparse.Namespace, urls: dict[str, str]) -> dict[str, Any]:
         for transport, url in urls.items()
     }
     client = next(iter(lanes.values()))[0][0]
+
+    def save_staging(transport: str) -> list[torch.Tensor] | SharedBuffers:
+        if transport == "shm":  # the connector's save slots: page-locked shared memory kvd reads (KVD.SETFROM)
+            slots = SharedBuffers(kv.payload_bytes, keep_bytes=0, wrap=kv.host_view)
+            assert slots.ensure(chunks), "no room in /dev/shm for the save slots"
+            return slots
+        return [kv.host_buffer(kv.payload_bytes) for _ in range(chunks)]
+
+    staging = {transport: save_staging(transport) for transport in urls}
     host = kv.host_buffer(kv.payload_bytes)
     for s, k in zip(src, keys, strict=True):  # the engine's earlier save of this prefix
         done = kv.gather(s, host)
@@ -234,6 +269,11 @@ def run(args: argparse.Namespace, urls: dict[str, str]) -> dict[str, Any]:
                     for a, b in zip(blocks_of(kv, s), blocks_of(kv, d), strict=True):
                         assert torch.equal(a, b), "loaded blocks differ from the saved ones"
                 hit = load_s + suffix_s
+                save_s = None
+                if conns == 1:
+                    client = lanes[transport][0][0]
+                    save = partial(save_through, kv, client, staging[transport], keys[:n_chunks], src[:n_chunks])
+                    save_s = _median_s(save, args.repeat, device)
                 rows.append(
                     {
                         "tokens": n,
@@ -248,18 +288,26 @@ def run(args: argparse.Namespace, urls: dict[str, str]) -> dict[str, Any]:
                         "load_GB/s": loaded / load_s / 1e9,
                         "prefill_tok/s": n / recompute,
                         "load_tok/s": prefix / load_s,
+                        "kv_GB/s": loaded / recompute / 1e9,
+                        "save_ms": save_s * 1e3 if save_s else None,
+                        "save_GB/s": loaded / save_s / 1e9 if save_s else None,
                     }
                 )
                 print(
                     f"{n:6d} tokens, {transport} x{conns}: recompute {recompute * 1e3:8.1f} ms, "
                     f"hit {hit * 1e3:8.1f} ms "
                     f"(load {load_s * 1e3:.1f} + last chunk {suffix_s * 1e3:.1f}), {recompute / hit:.2f}x; "
-                    f"load {loaded / load_s / 1e9:.2f} GB/s",
+                    f"load {loaded / load_s / 1e9:.2f} GB/s"
+                    + (f", save {loaded / save_s / 1e9:.2f} GB/s" if save_s else "")
+                    + f" (prefill makes {loaded / recompute / 1e9:.2f})",
                     flush=True,
                 )
     for lane in lanes.values():
         for c, _ in lane:
             c.close()
+    for slots in staging.values():
+        if isinstance(slots, SharedBuffers):
+            slots.close()
     return {"value_MiB": kv.payload_bytes / 2**20, "rows": rows}
 
 

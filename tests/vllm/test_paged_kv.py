@@ -57,10 +57,13 @@ def test_paged_kv_checks_pass_on_cpu(vllm_python: str, tmp_path: Path) -> None:
 
 def test_the_gpu_ttft_bench_runs_on_the_cpu(vllm_python: str, tmp_path: Path) -> None:
     """scripts/bench_gpu_ttft.py's smoke run (a tiny model on the CPU): its docs' numbers come from a GPU, but
-    the script, its three transports and its bit-for-bit check of the loaded blocks are kept working here."""
+    the script, its three transports, its saves and its bit-for-bit check of the loaded blocks are kept working
+    here."""
     args = [str(REPO / "scripts" / "bench_gpu_ttft.py"), "--shape", "tiny", "--device", "cpu"]
     args += ["--tokens", "512,768", "--connections", "1,2", "--repeat", "1"]
     rows = _run_in_vllm_env(vllm_python, tmp_path, args, tmp_path / "ttft.json")["rows"]
     seen = {(r["tokens"], r["transport"], r["connections"]) for r in rows}
     assert seen == {(n, t, c) for n in (512, 768) for t in ("tcp", "unix", "shm") for c in (1, 2)}
     assert all(r["recompute_ms"] > 0 and r["load_ms"] > 0 and r["loaded_MiB"] > 0 for r in rows)
+    # Saves, one connection per transport (shared memory through KVD.SETFROM); the loads after them checked them
+    assert all((r["save_GB/s"] or 0) > 0 for r in rows if r["connections"] == 1)
