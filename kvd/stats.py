@@ -74,6 +74,8 @@ class ServerStats:
         self.prefix_lookups = 0
         self.prefix_keys_hit = 0
         self.prefix_keys_missed = 0
+        self.shm_loaded_bytes = 0  # copied into clients' shared memory (KVD.GETINTO)
+        self.shm_saved_bytes = 0  # copied out of it (KVD.SETFROM)
         # By Redis's full name ("get", "client|list"). Cleared, not replaced: every client holds this dict.
         self.commands: dict[str, CommandStats] = getattr(self, "commands", {})
         self.commands.clear()
@@ -556,6 +558,8 @@ def _kvd(s: Server) -> list[tuple[str, object]]:
         ("prefix_lookups", s.stats.prefix_lookups),
         ("prefix_keys_hit", s.stats.prefix_keys_hit),
         ("prefix_keys_missed", s.stats.prefix_keys_missed),
+        ("shm_loaded_bytes", s.stats.shm_loaded_bytes),
+        ("shm_saved_bytes", s.stats.shm_saved_bytes),
     ]
 
 

@@ -146,6 +146,7 @@ def getinto(c: Client, argv: list[Any]) -> Any:
             if n <= slot:
                 at = offset + i * slot
                 jobs.append((view[at : at + n], value))
+                c.server.stats.shm_loaded_bytes += n
             lengths.append(n)
         return lengths, jobs
 
@@ -228,6 +229,7 @@ def setfrom(c: Client, argv: list[Any]) -> Any:
         for target, _ in jobs:
             target.release()  # the stored value is exported by nothing (the pool checks, on its way out)
         set_all(c, list(zip(keys, values, strict=True)))
+        c.server.stats.shm_saved_bytes += sum(map(len, values))
         c.reply.ok()
 
     copier = c.server.copier

@@ -32,6 +32,7 @@ def test_values_land_at_their_slots(server, shm_file):
     assert data[612:868] == bytes(256)  # 300 bytes do not fit a 256-byte slot: not copied, length told
     assert data[868:873] == b"gamma"
     assert r.info("stats")["keyspace_hits"] == 3 and r.info("stats")["keyspace_misses"] == 1
+    assert r.info("kvd")["shm_loaded_bytes"] == 5 + 5  # what was copied: not the value too long for its slot
 
 
 @pytest.mark.parametrize(

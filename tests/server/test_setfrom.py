@@ -49,6 +49,9 @@ def test_keys_take_the_bytes_of_their_slots(server, shm_file):
     assert r.get("k0") == b"alpha"
     assert r.strlen("k3") == 40 << 10
     assert r.object("encoding", "k0") == b"embstr" and r.object("encoding", "k3") == b"raw"
+    assert r.info("kvd")["shm_saved_bytes"] == sum(map(len, values))
+    r.config_resetstat()
+    assert r.info("kvd")["shm_saved_bytes"] == 0
 
 
 def test_large_values_are_copied_on_the_threads_and_arrive_whole(server, shm_file):
