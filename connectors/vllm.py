@@ -17,7 +17,9 @@ How the work is split (the same split as vLLM's own connectors):
   should be saved.
 * **Worker** (each worker process). ``start_load_kv`` fetches all chunks of the step with batched ``MGET`` and
   copies them into the paged KV tensors *before* the forward pass (vLLM calls it first when a step has
-  synchronous loads). ``wait_for_save`` runs after the forward: it gathers the blocks of each newly completed
+  synchronous loads). With ``async_load`` the fetch runs on a thread while the engine serves other requests;
+  ``get_finished`` copies what arrived into the request's blocks and reports it done (vLLM parks the request
+  until then). ``wait_for_save`` runs after the forward: it gathers the blocks of each newly completed
   chunk into one buffer per value (header space + payload; the only copy out of the KV cache) and hands it to a
   background thread, which checksums, skips chunks kvd already has, and sends pipelined ``SET``s. The forward
   thread never waits on the network for a save; when the bounded queue is full a save is dropped (a future miss),
@@ -49,6 +51,7 @@ import threading
 import time
 import urllib.parse
 from collections import defaultdict, deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -165,6 +168,7 @@ class _Settings:
     verify_checksum: bool
     load_buffer_bytes: int
     shared_memory: bool
+    async_load: bool
 
     @classmethod
     def from_config(cls, vllm_config: VllmConfig) -> _Settings:
@@ -199,6 +203,7 @@ class _Settings:
             verify_checksum=_flag(extra.get("verify_checksum", True)),
             load_buffer_bytes=int(float(extra.get("load_buffer_mb", 256)) * 2**20),
             shared_memory=_flag(extra.get("shared_memory", True)),
+            async_load=_flag(extra.get("async_load", False)),
         )
 
 
@@ -302,6 +307,7 @@ class ChunkOp:
 class RequestOps:
     req_id: str
     chunks: list[ChunkOp]
+    background: bool = False  # an async load: vLLM waits for get_finished, the forward does not wait for it
 
 
 @dataclass
@@ -382,6 +388,7 @@ class KvdConnector(KVConnectorBase_V1):
             hashing.fingerprint(_key_layout(vllm_config, kv_cache_config, self._s, r)) for r in range(self._tp_size)
         ]
         self._reqs: dict[str, _Tracked] = {}
+        self._background_loads: list[RequestOps] = []  # async loads planned since the last build_connector_meta
         logger.info(
             "kvd connector (scheduler): url=%s namespace=%s chunk_size=%d fingerprint=%s",
             self._client._safe_url(),
@@ -427,7 +434,7 @@ class KvdConnector(KVConnectorBase_V1):
         if ext == 0:
             return 0, False
         t.pending_load = (num_computed_tokens, ext)
-        return ext, False
+        return ext, self._s.async_load
 
     def update_state_after_alloc(self, request: Request, blocks: KVCacheBlocks, num_external_tokens: int) -> None:
         t = self._reqs.get(request.request_id)
@@ -438,6 +445,14 @@ class KvdConnector(KVConnectorBase_V1):
             return
         if t.pending_load is not None:
             t.pending_load = (t.pending_load[0], num_external_tokens)
+            if self._s.async_load:
+                # The request now waits (WAITING_FOR_REMOTE_KVS) with these blocks, and is not scheduled until
+                # the worker reports the load finished: the plan goes out with the next step's metadata.
+                # Even a plan without chunks goes: the worker's report of it is what lets the request go on.
+                t.block_ids = list(blocks.get_block_ids()[0])
+                ld = self._load_ops(request.request_id, t) or RequestOps(request.request_id, [])
+                ld.background = True
+                self._background_loads.append(ld)
 
     def _load_ops(self, req_id: str, t: _Tracked) -> RequestOps | None:
         if t.pending_load is None:
@@ -476,6 +491,7 @@ class KvdConnector(KVConnectorBase_V1):
         meta = KvdConnectorMetadata()
         if self._disabled:
             return meta
+        meta.loads, self._background_loads = self._background_loads, []
         nst = scheduler_output.num_scheduled_tokens
         for new in scheduler_output.scheduled_new_reqs:
             t = self._reqs.get(new.req_id)
@@ -569,6 +585,15 @@ class KvdConnector(KVConnectorBase_V1):
         self._saver = threading.Thread(target=self._save_loop, name="kvd-save", daemon=True)
         self._saver.start()
         self._stats_interval: dict[str, int] = defaultdict(int)
+        # Async loads (async_load): fetched on a thread of their own while the engine runs other requests, then
+        # copied into the KV cache by get_finished on the forward's thread (PagedKV's copies are that thread's)
+        # and reported done. Each fetch has load buffers of its own, kept for the next fetch once a later
+        # begin_load says the copies out of them are done.
+        self._fetcher = ThreadPoolExecutor(1, thread_name_prefix="kvd-fetch") if self._s.async_load else None
+        self._fetching: dict[str, tuple[Future[list[Any]], RequestOps, Any]] = {}
+        self._ended: set[str] = set()  # requests that finished (aborted) while their fetch ran: nothing to copy
+        self._landed_fetch_buffers: list[Any] = []  # copied from since the last begin_load
+        self._spare_fetch_buffers: list[Any] = []
 
     def _k(self, key: str) -> str:
         if self._rank_prefix0 is None:
@@ -648,19 +673,93 @@ class KvdConnector(KVConnectorBase_V1):
         kv = self._kv
         if not isinstance(meta, KvdConnectorMetadata) or not meta.loads or kv is None:
             return
+        for r in meta.loads:
+            if r.background:
+                self._start_fetch(r)
+        loads = [r for r in meta.loads if not r.background]
+        if not loads:
+            return
         start = time.perf_counter()
-        ops = [(r.req_id, op) for r in meta.loads for op in r.chunks]
-        kv.begin_load()  # the last load's copies are done with the buffers this one is received into
+        ops = [(r.req_id, op) for r in loads for op in r.chunks]
+        self._begin_load(kv)
         try:
             self._load_buffers.trim()
             values = self._client.get_many(
                 [self._k(op.key) for _, op in ops], self._value_bytes, into=self._load_buffers
             )
-            tally = self._land(kv, ops, values)
+            tally = self._land(kv, ops, values, self._load_buffers)
         finally:
             # Also after an unexpected error: the forward must wait for the copies already queued, and the next
             # load must wait for them before it receives into their buffers.
             kv.end_load()
+        self._count_load(tally, start)
+
+    def _begin_load(self, kv: PagedKV) -> None:
+        """The last load's copies are done with the buffers they read, which the next fetches may now reuse."""
+        kv.begin_load()
+        self._spare_fetch_buffers.extend(self._landed_fetch_buffers)
+        self._landed_fetch_buffers.clear()
+
+    def _start_fetch(self, r: RequestOps) -> None:
+        """An async load's values, received on the fetch thread into buffers of its own."""
+        assert self._fetcher is not None  # the scheduler plans background loads only with async_load on
+        buffers = self._spare_fetch_buffers.pop() if self._spare_fetch_buffers else self._fetch_buffers()
+        buffers.trim()
+        keys = [self._k(op.key) for op in r.chunks]
+        future = self._fetcher.submit(self._client.get_many, keys, self._value_bytes, into=buffers)
+        self._fetching[r.req_id] = (future, r, buffers)
+
+    def _fetch_buffers(self) -> LoadBuffers | SharedBuffers:
+        if isinstance(self._load_buffers, SharedBuffers):
+            assert self._kv is not None
+            try:
+                return SharedBuffers(
+                    self._value_bytes + 2, keep_bytes=self._s.load_buffer_bytes, wrap=self._kv.host_view
+                )
+            except OSError as exc:
+                logger.warning("kvd: no shared buffers for an async load (%s); it comes through the socket", exc)
+        return LoadBuffers(self._load_buffer, keep_bytes=self._s.load_buffer_bytes)
+
+    def get_finished(self, finished_req_ids: set[str]) -> tuple[set[str] | None, set[str] | None]:
+        """The async loads whose values arrived, copied into their blocks now and reported done (or failed: their
+        blocks go to ``get_block_ids_with_load_errors`` in the same step, and vLLM recomputes them)."""
+        if not self._fetching:
+            return None, None
+        self._ended |= finished_req_ids & self._fetching.keys()
+        done = [req_id for req_id, (future, _, _) in self._fetching.items() if future.done()]
+        if not done:
+            return None, None
+        kv = self._kv
+        assert kv is not None  # fetches start in start_load_kv, after register_kv_caches
+        start = time.perf_counter()
+        tally = _LoadTally()
+        self._begin_load(kv)
+        try:
+            for req_id in done:
+                future, r, buffers = self._fetching.pop(req_id)
+                self._landed_fetch_buffers.append(buffers)
+                if req_id in self._ended:  # its blocks are freed once it is reported: nothing to copy
+                    self._ended.discard(req_id)
+                    continue
+                try:
+                    values = future.result()
+                except Exception as exc:  # get_many turns network errors into misses; anything else is a bug
+                    logger.warning("kvd: async load of %s failed: %r", req_id, exc)
+                    values = [None] * len(r.chunks)
+                part = self._land(kv, [(req_id, op) for op in r.chunks], values, buffers)
+                tally.chunks += part.chunks
+                tally.tokens += part.tokens
+                tally.nbytes += part.nbytes
+                tally.failed += part.failed
+                tally.failed_reqs |= part.failed_reqs
+                tally.reasons += part.reasons
+        finally:
+            kv.end_load()
+        self._count_load(tally, start)
+        STATS.add(async_loads=len(done))
+        return None, set(done)
+
+    def _count_load(self, tally: _LoadTally, start: float) -> None:
         elapsed_us = int((time.perf_counter() - start) * 1e6)
         STATS.add(
             loaded_chunks=tally.chunks,
@@ -682,7 +781,7 @@ class KvdConnector(KVConnectorBase_V1):
                 logger.debug("kvd: load failures: %s", tally.reasons)
         logger.debug("kvd: loaded %d tokens (%d bytes) in %d us", tally.tokens, tally.nbytes, elapsed_us)
 
-    def _land(self, kv: PagedKV, ops: list[tuple[str, ChunkOp]], values: list[Any]) -> _LoadTally:
+    def _land(self, kv: PagedKV, ops: list[tuple[str, ChunkOp]], values: list[Any], buffers: Any) -> _LoadTally:
         """Verify each received value and copy it into its blocks. A value that is missing or fails a check is a
         load error, and so is every later chunk of its request: vLLM recomputes from the first failed block."""
         tally = _LoadTally()
@@ -705,7 +804,7 @@ class KvdConnector(KVConnectorBase_V1):
                     verify_checksum=self._s.verify_checksum,
                 )
                 end = len(value)  # the value is the start of load buffer i, its payload the end of the value
-                kv.scatter(self._load_buffers.backing(i)[end - payload.nbytes : end], op.block_ids, op.skip_blocks)
+                kv.scatter(buffers.backing(i)[end - payload.nbytes : end], op.block_ids, op.skip_blocks)
             except codec.CodecError as exc:
                 tally.failed_reqs.add(req_id)
                 tally.reasons.append(exc.reason)
@@ -833,6 +932,7 @@ class KvdConnector(KVConnectorBase_V1):
         "loaded_bytes",
         "load_us",
         "load_errors",
+        "async_loads",
         "saved_chunks",
         "saved_bytes",
         "save_skipped",
@@ -884,4 +984,11 @@ class KvdConnector(KVConnectorBase_V1):
             self._load_buffers.close()  # its /dev/shm file goes now, not at exit
         if getattr(self, "_save_shared", None) is not None:
             self._save_shared.close()
+        if getattr(self, "_fetcher", None) is not None:
+            self._fetcher.shutdown(wait=True, cancel_futures=True)  # a fetch in flight ends within timeout_ms
+            for _, _, buffers in self._fetching.values():
+                self._landed_fetch_buffers.append(buffers)
+            for buffers in self._landed_fetch_buffers + self._spare_fetch_buffers:
+                if isinstance(buffers, SharedBuffers):
+                    buffers.close()
         self._client.close()

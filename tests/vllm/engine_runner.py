@@ -4,7 +4,9 @@
 
 SPEC: {"model": dir, "block_size": 32, "connector": {extra_config} | null, "module": "connectors.vllm",
        "class": "KvdConnector", "phases": [{"name": ..., "prompts": [[ids...], ...], "max_tokens": 8,
-       "before": [action, ...]}]}
+       "before": [action, ...], "abort": [i, ...], "abort_after_steps": 1}]}
+A phase with "abort" runs step by step and aborts its prompts at those indexes after that many steps (their
+outputs are null).
 Actions run before a phase, in this process: {"op": "kill", "pid": N} stops the server;
 {"op": "noise", "url": ..., "prompt": [ids...]} overwrites every stored chunk of that prompt with a value built by
 the connector's own encoder (valid header and checksum) around a random payload.
@@ -19,6 +21,7 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 
 def _flush() -> None:
@@ -67,6 +70,25 @@ def _noise(url: str, prompt: list[int]) -> int:
     return n
 
 
+def _run_aborting(llm: Any, prompts: list[dict], params: Any, phase: dict) -> list[list[int] | None]:
+    """The phase's prompts through the engine step by step; the requests at the indexes ``abort`` are aborted
+    after ``abort_after_steps`` steps. Their outputs are None."""
+    engine = llm.llm_engine
+    ids = [f"{phase.get('name', 'phase')}-{i}" for i in range(len(prompts))]
+    for rid, prompt in zip(ids, prompts, strict=True):
+        engine.add_request(rid, prompt, params)
+    done: dict[str, list[int]] = {}
+    for step in range(1, 10_000):
+        if not engine.has_unfinished_requests():
+            break
+        for out in engine.step():
+            if out.finished:
+                done[out.request_id] = list(out.outputs[0].token_ids)
+        if step == phase.get("abort_after_steps", 1):
+            engine.abort_request([ids[i] for i in phase["abort"]])
+    return [None if i in phase["abort"] else done.get(rid) for i, rid in enumerate(ids)]
+
+
 def main() -> int:
     spec = json.loads(Path(sys.argv[1]).read_text())
     out_path = Path(sys.argv[2])
@@ -104,7 +126,10 @@ def main() -> int:
         params = SamplingParams(temperature=0.0, max_tokens=phase.get("max_tokens", 8), ignore_eos=True)
         prompts = [{"prompt_token_ids": p} for p in phase["prompts"]]
         t = time.perf_counter()
-        outs = llm.generate(prompts, params, use_tqdm=False)
+        if "abort" in phase:
+            outputs = _run_aborting(llm, prompts, params, phase)
+        else:
+            outputs = [list(o.outputs[0].token_ids) for o in llm.generate(prompts, params, use_tqdm=False)]
         wall = time.perf_counter() - t
         _flush()
         stats = {}
@@ -115,7 +140,7 @@ def main() -> int:
         results["phases"].append(
             {
                 "name": phase.get("name"),
-                "outputs": [list(o.outputs[0].token_ids) for o in outs],
+                "outputs": outputs,
                 "wall_s": wall,
                 "stats": stats,
             }

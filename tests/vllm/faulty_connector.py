@@ -1,15 +1,17 @@
 """Fault injection for the end-to-end tests: the real KvdConnector, plus an environment fault.
 
 ``EvictingKvdConnector`` deletes, right after each positive prefix look-up, the stored chunks from the third one
-on, as an eviction racing between the scheduler's look-up and the worker's load would. Everything else is the
-real connector, so the test exercises its real load-error path.
+on, as an eviction racing between the scheduler's look-up and the worker's load would. ``SlowFetchKvdConnector``
+makes each async load's fetch start a second late, as a slow network would, so that a request can end while its
+fetch runs. Everything else is the real connector, so the tests exercise its real paths.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
-from connectors.vllm import KvdConnector
+from connectors.vllm import KvdConnector, RequestOps
 
 
 class EvictingKvdConnector(KvdConnector):
@@ -21,3 +23,10 @@ class EvictingKvdConnector(KvdConnector):
             if doomed:
                 self._client.delete(doomed)
         return n, is_async
+
+
+class SlowFetchKvdConnector(KvdConnector):
+    def _start_fetch(self, r: RequestOps) -> None:
+        if self._fetcher is not None:
+            self._fetcher.submit(time.sleep, 1.0)  # one thread: the fetch waits behind it
+        super()._start_fetch(r)

@@ -197,3 +197,62 @@ def test_saves_and_loads_over_the_unix_socket(engine, baseline) -> None:
     finally:
         srv.stop(kill=True)
         shutil.rmtree(short, ignore_errors=True)
+
+
+def test_async_loads_give_the_same_tokens_while_other_requests_run(engine, store: Server, baseline) -> None:
+    """``async_load``: a hit waits (vLLM's WAITING_FOR_REMOTE_KVS) while its values are fetched on a thread, and
+    the engine runs the other requests meanwhile; the values land in its blocks when ``get_finished`` reports it.
+    Outputs are the recomputed ones, for the hits and for the misses beside them, and noise in the stored KV
+    changes them, so the async load is what the model attends to."""
+    engine.run([{"name": "cold", "prompts": [A, D]}], _conn(store))
+    res = engine.run(
+        [
+            {"name": "hits and a miss", "prompts": [A, F, D]},
+            {"name": "partial", "prompts": [B]},
+            {"name": "noise", "prompts": [A], "before": [{"op": "noise", "url": store.url, "prompt": A}]},
+        ],
+        _conn(store, async_load=True),
+    )
+    mixed, partial, noise = res["phases"]
+    assert mixed["outputs"] == [baseline["A"], baseline["F"], baseline["D"]]
+    assert mixed["stats"]["hit_tokens"] == 640 + 512 and mixed["stats"]["loaded_chunks"] == 5 + 4
+    assert mixed["stats"].get("load_errors", 0) == 0
+    assert mixed["stats"]["async_loads"] == 2  # A's and D's, each reported by get_finished
+    assert partial["outputs"] == [baseline["B"]]
+    assert partial["stats"]["loaded_chunks"] - mixed["stats"]["loaded_chunks"] == 3
+    assert res["noised"] == [5]
+    assert noise["outputs"] != [baseline["A"]]
+    assert "async load" not in res["log"]  # no fetch failed
+
+
+def test_async_load_of_an_evicted_chunk_is_recomputed(engine, store: Server, baseline) -> None:
+    res = engine.run(
+        [{"name": "cold", "prompts": [A]}, {"name": "evicted", "prompts": [A]}],
+        _conn(store, async_load=True),
+        **{"class": "EvictingKvdConnector", "module": "faulty_connector"},
+    )
+    cold, evicted = res["phases"]
+    assert cold["outputs"] == evicted["outputs"] == [baseline["A"]]
+    assert evicted["stats"]["hit_tokens"] == 640
+    assert evicted["stats"]["loaded_chunks"] == 2 and evicted["stats"]["load_errors"] == 3
+
+
+def test_a_request_aborted_during_its_async_load(engine, store: Server, baseline) -> None:
+    """A hit aborted while its fetch runs (the fetch held back a second): the connector reports it done when the
+    fetch ends, without copying into the blocks vLLM is about to free, and the engine goes on: the miss beside it
+    and the same prompt sent again come out as recomputed."""
+    res = engine.run(
+        [
+            {"name": "cold", "prompts": [A]},
+            {"name": "abort", "prompts": [A, F], "abort": [0], "abort_after_steps": 1},
+            {"name": "again", "prompts": [A]},
+        ],
+        _conn(store, async_load=True),
+        **{"class": "SlowFetchKvdConnector", "module": "faulty_connector"},
+    )
+    cold, aborted, again = res["phases"]
+    assert cold["outputs"] == [baseline["A"]]
+    assert aborted["outputs"] == [None, baseline["F"]]
+    assert again["outputs"] == [baseline["A"]]
+    assert again["stats"]["async_loads"] == 2  # the aborted one, reported without a copy, and this one
+    assert again["stats"]["loaded_chunks"] == 5 and again["stats"].get("load_errors", 0) == 0

@@ -24,7 +24,7 @@ for name, extra in json.loads(sys.argv[1]).items():
         model_config=SimpleNamespace(served_model_name=None, model="m"),
     )
     s = _Settings.from_config(config)
-    out[name] = [s.verify_checksum, s.shared_memory]
+    out[name] = [s.verify_checksum, s.shared_memory, s.async_load]
 print(json.dumps(out))
 """
 
@@ -32,10 +32,10 @@ print(json.dumps(out))
 def test_yes_no_options_given_as_json_or_as_text(vllm_python: str, tmp_path: Path) -> None:
     cases = {
         "defaults": {},
-        "json false": {"verify_checksum": False, "shared_memory": False},
-        "text false": {"verify_checksum": "false", "shared_memory": "no"},
-        "text off, 0": {"verify_checksum": "off", "shared_memory": "0"},
-        "text true": {"verify_checksum": "true", "shared_memory": "yes"},
+        "json false": {"verify_checksum": False, "shared_memory": False, "async_load": False},
+        "text false": {"verify_checksum": "false", "shared_memory": "no", "async_load": "no"},
+        "text off, 0": {"verify_checksum": "off", "shared_memory": "0", "async_load": "0"},
+        "text true": {"verify_checksum": "true", "shared_memory": "yes", "async_load": "true"},
     }
     (tmp_path / "tmp").mkdir()
     proc = subprocess.run(
@@ -49,9 +49,9 @@ def test_yes_no_options_given_as_json_or_as_text(vllm_python: str, tmp_path: Pat
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == {
-        "defaults": [True, True],
-        "json false": [False, False],
-        "text false": [False, False],
-        "text off, 0": [False, False],
-        "text true": [True, True],
+        "defaults": [True, True, False],
+        "json false": [False, False, False],
+        "text false": [False, False, False],
+        "text off, 0": [False, False, False],
+        "text true": [True, True, True],
     }
