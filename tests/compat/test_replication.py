@@ -12,6 +12,7 @@ import time
 
 import pytest
 import redis
+from support.replication import follow
 from support.server import ServerProcess
 from test_rdb_snapshot import fill
 
@@ -23,16 +24,6 @@ MiB = 1 << 20
 @pytest.fixture
 def replica(redis_server: ServerProcess) -> ServerProcess:
     return redis_server
-
-
-def follow(replica: ServerProcess, primary) -> None:
-    """REPLICAOF the primary, and wait until the link is up."""
-    r = replica.client()
-    assert r.replicaof(primary.host, primary.port)
-    deadline = time.monotonic() + 30
-    while r.info("replication").get("master_link_status") != "up":
-        assert time.monotonic() < deadline, replica.stderr_text()[-3000:]
-        time.sleep(0.05)
 
 
 def until(check, what: str, timeout: float = 30) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import redis
+from support.replication import follow
 from support.server import ServerProcess
 from support.shm import grow
 
@@ -157,12 +158,8 @@ def test_command_getkeys_names_every_key(server):
 
 def test_a_redis_server_replica_gets_the_values(server, redis_server: ServerProcess, shm_file):
     """The replication stream carries the keys' SETs, not the command: a replica has no such file."""
+    follow(redis_server, server)
     replica = redis_server.client()
-    assert replica.replicaof(server.host, server.port)
-    deadline = time.monotonic() + 30
-    while replica.info("replication").get("master_link_status") != "up":
-        assert time.monotonic() < deadline, redis_server.stderr_text()[-3000:]
-        time.sleep(0.05)
     values = [os.urandom(MiB), b"small"]
     grow(shm_file, 2 * MiB)
     fill(shm_file, 0, MiB, values)
