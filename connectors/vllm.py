@@ -82,6 +82,7 @@ logger = logging.getLogger("vllm.kvd.connector")
 
 _REPORT_INTERVAL_S = 1.0
 _SAVE_BUFFERS_KEEP = 256 * 2**20  # bytes of sent save buffers kept for reuse
+_SPARE_FETCH_BUFFERS = 2  # async loads' buffer sets kept for the next fetches (each up to load_buffer_mb)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -585,15 +586,15 @@ class KvdConnector(KVConnectorBase_V1):
         self._saver = threading.Thread(target=self._save_loop, name="kvd-save", daemon=True)
         self._saver.start()
         self._stats_interval: dict[str, int] = defaultdict(int)
-        # Async loads (async_load): fetched on a thread of their own while the engine runs other requests, then
-        # copied into the KV cache by get_finished on the forward's thread (PagedKV's copies are that thread's)
-        # and reported done. Each fetch has load buffers of its own, kept for the next fetch once a later
-        # begin_load says the copies out of them are done.
+        # Async loads (async_load): fetched one after another on a thread of their own while the engine runs
+        # other requests, then copied into the KV cache by get_finished on the forward's thread (PagedKV's
+        # copies are that thread's) and reported done. A fetch takes load buffers of its own when it starts;
+        # they serve later fetches once a begin_load says the copies out of them are done (a few are kept).
         self._fetcher = ThreadPoolExecutor(1, thread_name_prefix="kvd-fetch") if self._s.async_load else None
-        self._fetching: dict[str, tuple[Future[list[Any]], RequestOps, Any]] = {}
+        self._fetching: dict[str, tuple[Future[tuple[list[Any], Any]], RequestOps]] = {}
         self._ended: set[str] = set()  # requests that finished (aborted) while their fetch ran: nothing to copy
         self._landed_fetch_buffers: list[Any] = []  # copied from since the last begin_load
-        self._spare_fetch_buffers: list[Any] = []
+        self._spare_fetch_buffers: deque[Any] = deque()  # taken by the fetch thread, returned by this one
 
     def _k(self, key: str) -> str:
         if self._rank_prefix0 is None:
@@ -697,17 +698,26 @@ class KvdConnector(KVConnectorBase_V1):
     def _begin_load(self, kv: PagedKV) -> None:
         """The last load's copies are done with the buffers they read, which the next fetches may now reuse."""
         kv.begin_load()
-        self._spare_fetch_buffers.extend(self._landed_fetch_buffers)
+        for buffers in self._landed_fetch_buffers:
+            if len(self._spare_fetch_buffers) < _SPARE_FETCH_BUFFERS:
+                self._spare_fetch_buffers.append(buffers)
+            elif isinstance(buffers, SharedBuffers):
+                buffers.close()  # its /dev/shm file now, not when collected
         self._landed_fetch_buffers.clear()
 
     def _start_fetch(self, r: RequestOps) -> None:
         """An async load's values, received on the fetch thread into buffers of its own."""
         assert self._fetcher is not None  # the scheduler plans background loads only with async_load on
-        buffers = self._spare_fetch_buffers.pop() if self._spare_fetch_buffers else self._fetch_buffers()
+        self._fetching[r.req_id] = (self._fetcher.submit(self._fetch, [self._k(op.key) for op in r.chunks]), r)
+
+    def _fetch(self, keys: list[str]) -> tuple[list[Any], Any]:
+        """On the fetch thread: the values of ``keys``, and the buffers they are in."""
+        try:
+            buffers = self._spare_fetch_buffers.pop()
+        except IndexError:
+            buffers = self._fetch_buffers()
         buffers.trim()
-        keys = [self._k(op.key) for op in r.chunks]
-        future = self._fetcher.submit(self._client.get_many, keys, self._value_bytes, into=buffers)
-        self._fetching[r.req_id] = (future, r, buffers)
+        return self._client.get_many(keys, self._value_bytes, into=buffers), buffers
 
     def _fetch_buffers(self) -> LoadBuffers | SharedBuffers:
         if isinstance(self._load_buffers, SharedBuffers):
@@ -726,7 +736,7 @@ class KvdConnector(KVConnectorBase_V1):
         if not self._fetching:
             return None, None
         self._ended |= finished_req_ids & self._fetching.keys()
-        done = [req_id for req_id, (future, _, _) in self._fetching.items() if future.done()]
+        done = [req_id for req_id, (future, _) in self._fetching.items() if future.done()]
         if not done:
             return None, None
         kv = self._kv
@@ -736,16 +746,17 @@ class KvdConnector(KVConnectorBase_V1):
         self._begin_load(kv)
         try:
             for req_id in done:
-                future, r, buffers = self._fetching.pop(req_id)
-                self._landed_fetch_buffers.append(buffers)
+                future, r = self._fetching.pop(req_id)
+                try:
+                    values, buffers = future.result()
+                except Exception as exc:  # get_many turns network errors into misses; anything else is a bug
+                    logger.warning("kvd: async load of %s failed: %r", req_id, exc)
+                    values, buffers = [None] * len(r.chunks), None
+                if buffers is not None:
+                    self._landed_fetch_buffers.append(buffers)
                 if req_id in self._ended:  # its blocks are freed once it is reported: nothing to copy
                     self._ended.discard(req_id)
                     continue
-                try:
-                    values = future.result()
-                except Exception as exc:  # get_many turns network errors into misses; anything else is a bug
-                    logger.warning("kvd: async load of %s failed: %r", req_id, exc)
-                    values = [None] * len(r.chunks)
                 part = self._land(kv, [(req_id, op) for op in r.chunks], values, buffers)
                 tally.chunks += part.chunks
                 tally.tokens += part.tokens
@@ -986,9 +997,10 @@ class KvdConnector(KVConnectorBase_V1):
             self._save_shared.close()
         if getattr(self, "_fetcher", None) is not None:
             self._fetcher.shutdown(wait=True, cancel_futures=True)  # a fetch in flight ends within timeout_ms
-            for _, _, buffers in self._fetching.values():
-                self._landed_fetch_buffers.append(buffers)
-            for buffers in self._landed_fetch_buffers + self._spare_fetch_buffers:
+            for future, _ in self._fetching.values():
+                if future.done() and not future.cancelled() and future.exception() is None:
+                    self._landed_fetch_buffers.append(future.result()[1])
+            for buffers in self._landed_fetch_buffers + list(self._spare_fetch_buffers):
                 if isinstance(buffers, SharedBuffers):
                     buffers.close()
         self._client.close()
