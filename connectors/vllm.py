@@ -328,6 +328,14 @@ class _LoadTally:
     failed_reqs: set[str] = field(default_factory=set)
     reasons: list[str] = field(default_factory=list)
 
+    def add(self, other: _LoadTally) -> None:
+        self.chunks += other.chunks
+        self.tokens += other.tokens
+        self.nbytes += other.nbytes
+        self.failed += other.failed
+        self.failed_reqs |= other.failed_reqs
+        self.reasons += other.reasons
+
 
 @dataclass
 class _Tracked:
@@ -757,13 +765,7 @@ class KvdConnector(KVConnectorBase_V1):
                 if req_id in self._ended:  # its blocks are freed once it is reported: nothing to copy
                     self._ended.discard(req_id)
                     continue
-                part = self._land(kv, [(req_id, op) for op in r.chunks], values, buffers)
-                tally.chunks += part.chunks
-                tally.tokens += part.tokens
-                tally.nbytes += part.nbytes
-                tally.failed += part.failed
-                tally.failed_reqs |= part.failed_reqs
-                tally.reasons += part.reasons
+                tally.add(self._land(kv, [(req_id, op) for op in r.chunks], values, buffers))
         finally:
             kv.end_load()
         self._count_load(tally, start)
