@@ -4,12 +4,9 @@ a yes/no option may arrive as true/false or as text), parsed in the vLLM environ
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
-from connectors.testing import engine_env
-
-REPO = Path(__file__).resolve().parents[2]
+from test_paged_kv import _run_in_vllm_env
 
 _PARSE = """
 import json, sys
@@ -25,7 +22,7 @@ for name, extra in json.loads(sys.argv[1]).items():
     )
     s = _Settings.from_config(config)
     out[name] = [s.verify_checksum, s.shared_memory, s.async_load]
-print(json.dumps(out))
+open(sys.argv[3], "w").write(json.dumps(out))  # sys.argv[2] is --json
 """
 
 
@@ -37,18 +34,8 @@ def test_yes_no_options_given_as_json_or_as_text(vllm_python: str, tmp_path: Pat
         "text off, 0": {"verify_checksum": "off", "shared_memory": "0", "async_load": "0"},
         "text true": {"verify_checksum": "true", "shared_memory": "yes", "async_load": "true"},
     }
-    (tmp_path / "tmp").mkdir()
-    proc = subprocess.run(
-        [vllm_python, "-c", _PARSE, json.dumps(cases)],
-        env=engine_env(tmp_path),
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {
+    got = _run_in_vllm_env(vllm_python, tmp_path, ["-c", _PARSE, json.dumps(cases)], tmp_path / "settings.json")
+    assert got == {
         "defaults": [True, True, False],
         "json false": [False, False, False],
         "text false": [False, False, False],
