@@ -193,6 +193,13 @@ def _unknown_command(exc: redis.ResponseError) -> bool:
     return "unknown command" in text or "unknown subcommand" in text
 
 
+def _shared_memory_refused(exc: redis.ResponseError) -> bool:
+    """KVD.GETINTO or KVD.SETFROM not taken for good: a server without them (Redis), one that is not on this
+    host, or a file it will not use (``kvd/shm.py``'s refusals); the socket does the same work instead."""
+    text = str(exc)
+    return _unknown_command(exc) or "is for clients on kvd's host" in text or "shared memory" in text
+
+
 class _WideUnixConnection(redis.UnixDomainSocketConnection):
     """A unix socket connection with a 4 MiB send buffer (the kernel caps it at ``net.core.wmem_max``).
 
@@ -425,9 +432,8 @@ class KvdClient:
         try:
             lengths = self._redis.execute_command("KVD.GETINTO", into.name, first * into.slot, into.slot, *keys)
         except redis.ResponseError as exc:
-            text = str(exc)
-            if _unknown_command(exc) or "is for clients on kvd's host" in text or "shared memory" in text:
-                logger.info("kvd: loads go through the socket (KVD.GETINTO not taken: %s)", text)
+            if _shared_memory_refused(exc):
+                logger.info("kvd: loads go through the socket (KVD.GETINTO not taken: %s)", exc)
                 self._has_getinto = False
                 return None
             raise
@@ -484,10 +490,9 @@ class KvdClient:
                     self._has_setfrom = True
                     return
                 except redis.ResponseError as exc:
-                    text = str(exc)
-                    if not (_unknown_command(exc) or "is for clients on kvd's host" in text or "shared memory" in text):
+                    if not _shared_memory_refused(exc):
                         raise
-                    logger.info("kvd: saves go through the socket (KVD.SETFROM not taken: %s)", text)
+                    logger.info("kvd: saves go through the socket (KVD.SETFROM not taken: %s)", exc)
                     self._has_setfrom = False
             for key in keys:
                 slot, n = spans[key]
