@@ -623,16 +623,8 @@ class KvdConnector(KVConnectorBase_V1):
         # Loads land in buffers kept from one step to the next (pinned on CUDA, so the copies to the device start
         # from the received bytes): in shared memory that a kvd on this host fills itself (KVD.GETINTO, one copy
         # instead of the socket's two; connectors/shm.py), else received from the socket.
-        self._load_buffers: LoadBuffers | SharedBuffers = LoadBuffers(
-            self._load_buffer, keep_bytes=self._s.load_buffer_bytes
-        )
-        if self._s.shared_memory and _on_this_host(self._s.url) and shm.available():
-            try:  # a slot of value + CRLF: an MGET fallback receives each value with its line end
-                self._load_buffers = SharedBuffers(
-                    self._value_bytes + 2, keep_bytes=self._s.load_buffer_bytes, wrap=kv.host_view
-                )
-            except OSError as exc:
-                logger.warning("kvd: no shared load buffers (%s); loads come through the socket", exc)
+        shared = self._s.shared_memory and _on_this_host(self._s.url) and shm.available()
+        self._load_buffers = self._new_load_buffers(shared, "loads")
         # Value buffers of sent saves, for the next gathers (a fresh 8 MiB tensor costs a page fault per 4 KiB
         # while the forward thread fills it: 2.3 against 0.7 ms per chunk). The oldest go past _SAVE_BUFFERS_KEEP.
         self._save_buffers: deque[torch.Tensor] = deque(maxlen=max(1, _SAVE_BUFFERS_KEEP // self._value_bytes))
@@ -723,20 +715,22 @@ class KvdConnector(KVConnectorBase_V1):
         try:
             buffers = self._spare_fetch_buffers.pop()
         except IndexError:
-            buffers = self._fetch_buffers()
+            buffers = self._new_load_buffers(isinstance(self._load_buffers, SharedBuffers), "async loads")
         buffers.trim()
         return self._client.get_many(keys, self._value_bytes, into=buffers), buffers
 
-    def _fetch_buffers(self) -> LoadBuffers | SharedBuffers:
-        if isinstance(self._load_buffers, SharedBuffers):
+    def _new_load_buffers(self, shared: bool, what: str) -> LoadBuffers | SharedBuffers:
+        """Buffers that loads are received into and kept from one to the next (``load_buffer_mb``): where
+        ``shared``, a shared-memory file that kvd fills itself, else host memory (pinned on CUDA); without room in
+        /dev/shm, a warning naming ``what`` and the host memory."""
+        keep = self._s.load_buffer_bytes
+        if shared:
             assert self._kv is not None
-            try:
-                return SharedBuffers(
-                    self._value_bytes + 2, keep_bytes=self._s.load_buffer_bytes, wrap=self._kv.host_view
-                )
+            try:  # a slot of value + CRLF: an MGET fallback receives each value with its line end
+                return SharedBuffers(self._value_bytes + 2, keep_bytes=keep, wrap=self._kv.host_view)
             except OSError as exc:
-                logger.warning("kvd: no shared buffers for an async load (%s); it comes through the socket", exc)
-        return LoadBuffers(self._load_buffer, keep_bytes=self._s.load_buffer_bytes)
+                logger.warning("kvd: no shared load buffers (%s); %s come through the socket", exc, what)
+        return LoadBuffers(self._load_buffer, keep_bytes=keep)
 
     def get_finished(self, finished_req_ids: set[str]) -> tuple[set[str] | None, set[str] | None]:
         """The async loads whose values arrived, copied into their blocks now and reported done (or failed: their
