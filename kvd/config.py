@@ -255,6 +255,14 @@ class Settings:
     client_output_buffer_hard_limit: int = _key(
         "size", 1 << 30, "disconnect a client with this much output waiting (0 = never)", "Limits", runtime=True
     )
+    hll_sparse_max_bytes: int = _key(
+        "size",
+        3000,
+        "a HyperLogLog stays in the sparse encoding up to this many bytes, then turns dense (12 KiB)",
+        "Limits",
+        low=0,
+        runtime=True,
+    )
     # Persistence
     persistence: bool = _key(
         "bool", True, "append every write to segment files (false = pure RAM cache)", "Persistence"

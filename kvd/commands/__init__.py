@@ -7,6 +7,7 @@ from . import (  # noqa: F401  (registration side effects)
     connection,
     debug,
     diagnostics,
+    hyperloglog,
     keys,
     kvd_ext,
     lcs,

@@ -187,6 +187,7 @@ _GROUP_CATEGORY = {
     "generic": "keyspace",
     "string": "string",
     "bitmap": "bitmap",
+    "hyperloglog": "hyperloglog",
     "pubsub": "pubsub",
     "connection": "connection",
     "transactions": "transaction",

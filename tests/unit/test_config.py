@@ -431,6 +431,7 @@ def test_runtime_keys() -> None:
         "tracking-table-max-keys",
         "lfu-log-factor",
         "lfu-decay-time",
+        "hll-sparse-max-bytes",
     }
     assert expected == RUNTIME_KEYS
 
