@@ -15,25 +15,32 @@ bit of the cache's last byte marks the cache stale. Two encodings:
   zero registers) and VAL (``1vvvvvxx``, 1-4 registers of value 1-32). A fresh sketch is one XZERO (18 bytes).
   A write that needs a value above 32, or would grow the string past ``hll-sparse-max-bytes``, turns it dense.
 
-Sparse writes follow Redis's ``hllSparseSet`` step for step (split the opcode that covers the register, then
-merge equal VAL neighbours within five opcodes of it) rather than re-encoding the registers, because the sparse
-form is not canonical: the bytes depend on the order of the writes, and kvd's must be Redis's for the same
-commands. The cardinality is Otmar Ertl's estimator (arXiv:1702.01284) as Redis 7 computes it, in doubles.
+A sketch is changed as bytes, the way Redis changes it: a sparse write follows ``hllSparseSet`` step for step
+(find the opcode that covers the register, split it, fold equal VAL neighbours within five opcodes) rather than
+re-encoding the registers, because the sparse form is not canonical (the bytes depend on the order of the writes,
+and kvd's must be Redis's for the same commands). kvd never changes a stored value in place, so a command works
+on a copy of the string (12 KiB at most) and stores the copy. The cardinality is Otmar Ertl's estimator
+(arXiv:1702.01284) as Redis 7 computes it, in doubles.
 
-Cost. A PFADD to a dense sketch copies its 12 KiB (kvd never changes a stored value in place) and raises the
-6-bit registers in the copy; a count or a merge unpacks them to one byte each. Those loops, the hash, the register
-histogram of a count and the maximum of a merge are C (``_hll.c``) where it was built, and the same here in Python
-where it was not (``*_python``; tests/unit/test_hll.py compares them): in Python a hash is about 1 us, unpacking
-or packing 0.1 ms (``bytes.translate`` does the bit work), a histogram 0.8 ms and a merge 1.3 ms. A write to a
-sparse sketch finds its opcode by bisection (O(log n)) and inserts into a list (O(n) memmove), in Python either
-way: a sparse sketch holds at most ``hll-sparse-max-bytes`` opcodes.
+Corrupt sparse strings, whose opcodes do not add up to 16384 registers, are found as Debian's Redis 7.0.15 finds
+them (with the CVE-2025-32023 fix): a count, a merge and turning dense need exactly 16384; a write needs the
+register it raises covered (opcodes past the 16384th are kept as they are). A string that ends in half an XZERO is
+read as Redis reads it (the NUL after the string as its second byte); a write inside that opcode is refused. The
+command then answers ``INVALIDOBJ`` and stores nothing (Redis keeps in memory, unlogged, what a PFADD wrote before
+it met the corruption; kvd keeps none of it).
+
+Cost. The loops over bytes and registers (the hash, a sparse write, unpacking and packing dense registers, the
+register histogram of a count, the maximum of a merge) are C (``_hll.c``) where it was built, and the same here
+in Python where it was not (``*_python``; tests/unit/test_hll.py compares the two). In C, PFADD of one element is
+about 4 us of Python around 0.3 us of C, dense or sparse; in Python a sparse write scans the string (up to
+``hll-sparse-max-bytes``, 3000 by default) byte by byte, up to about 1 ms, and a count or a merge of dense sketches
+takes 1-2 ms.
 """
 
 from __future__ import annotations
 
 import math
 import struct
-from bisect import bisect_right
 from collections import Counter
 
 from kvd.protocol.errors import CommandError
@@ -56,8 +63,8 @@ SPARSE_ZERO_MAX_LEN = 64
 SPARSE_XZERO_MAX_LEN = 16384
 ALPHA_INF = 0.721347520444481703680  # 0.5 / ln(2)
 
-# Opcode kinds of the sparse encoding.
-ZERO, XZERO, VAL = 0, 1, 2
+# What a write to a sparse sketch did (``sparse_set``).
+SAME, GREW, PROMOTE, CORRUPT = 0, 1, 2, -1
 
 WRONGTYPE = "WRONGTYPE Key is not a valid HyperLogLog string value."
 INVALID = "INVALIDOBJ Corrupted HLL object detected"
@@ -185,18 +192,119 @@ def estimate(histogram: list[int]) -> int:
     return whole + (1 if e - whole >= 0.5 else 0)  # llroundl: halves away from zero (e >= 0)
 
 
-def dense_set_python(packed: bytearray, index: int, count: int) -> bool:
-    """Raise the 6-bit register ``index`` of the packed registers to ``count``; True if it grew."""
+def dense_set_python(sketch: bytearray, index: int, count: int) -> bool:
+    """Raise the 6-bit register ``index`` of a dense sketch (the whole string) to ``count``; True if it grew."""
     bit = index * 6
-    at, shift = bit >> 3, bit & 7
-    pair = packed[at] | (packed[at + 1] << 8 if at + 1 < len(packed) else 0)
+    at, shift = HEADER + (bit >> 3), bit & 7
+    pair = sketch[at] | (sketch[at + 1] << 8 if at + 1 < DENSE_SIZE else 0)
     if (pair >> shift) & 63 >= count:
         return False
     pair = (pair & ~(63 << shift)) | (count << shift)
-    packed[at] = pair & 0xFF
-    if at + 1 < len(packed):
-        packed[at + 1] = pair >> 8
+    sketch[at] = pair & 0xFF
+    if at + 1 < DENSE_SIZE:
+        sketch[at + 1] = pair >> 8
     return True
+
+
+def _opcode(data: bytes | bytearray, p: int) -> tuple[int, int, int]:
+    """The sparse opcode at ``p``: (registers it covers, its value (0 for zeros), its length in bytes). An XZERO
+    cut by the end of the string reads its second byte as 0, the NUL Redis finds there."""
+    b = data[p]
+    if b & 0x80:
+        return (b & 3) + 1, ((b >> 2) & 0x1F) + 1, 1
+    if b & 0x40:
+        return (((b & 0x3F) << 8) | (data[p + 1] if p + 1 < len(data) else 0)) + 1, 0, 2
+    return (b & 0x3F) + 1, 0, 1
+
+
+def _zeros(run: int) -> bytes:
+    """An opcode for ``run`` zero registers: ZERO up to 64, XZERO beyond, as Redis chooses."""
+    if run > SPARSE_ZERO_MAX_LEN:
+        return bytes((0x40 | ((run - 1) >> 8), (run - 1) & 0xFF))
+    return bytes((run - 1,))
+
+
+def _val(value: int, run: int) -> int:
+    return 0x80 | ((value - 1) << 2) | (run - 1)
+
+
+def sparse_set_python(sketch: bytearray, index: int, count: int, sparse_max_bytes: int) -> int:
+    """``hllSparseSet`` on a sparse sketch (the whole string, changed in place): raise register ``index`` to
+    ``count``. SAME, GREW, PROMOTE (the sketch must turn dense first: a count above 32, or a string that would
+    grow past ``sparse_max_bytes``; nothing was changed) or CORRUPT (the register is not covered)."""
+    if count > SPARSE_VAL_MAX:
+        return PROMOTE
+    end = len(sketch)
+    p, first, prev = HEADER, 0, -1
+    while p < end:
+        run, value, size = _opcode(sketch, p)
+        if index < first + run:
+            break
+        prev, p, first = p, p + size, first + run
+    else:
+        return CORRUPT
+    if p + size > end:  # the half XZERO at the end
+        return CORRUPT
+    if value:  # a VAL
+        if value >= count:
+            return SAME
+        if run == 1:
+            sketch[p] = _val(count, 1)
+            _fold(sketch, prev)
+            return GREW
+    elif run == 1 and size == 1:
+        sketch[p] = _val(count, 1)
+        _fold(sketch, prev)
+        return GREW
+    # Split the opcode into what comes before the register, the register, and what comes after.
+    last = first + run - 1
+    seq = bytearray()
+    if index != first:
+        seq += bytes((_val(value, index - first),)) if value else _zeros(index - first)
+    seq.append(_val(count, 1))
+    if index != last:
+        seq += bytes((_val(value, last - index),)) if value else _zeros(last - index)
+    if len(seq) > size and end + len(seq) - size > sparse_max_bytes:
+        return PROMOTE
+    sketch[p : p + size] = seq
+    _fold(sketch, prev)
+    return GREW
+
+
+def _fold(sketch: bytearray, prev: int) -> None:
+    """Step 4 of ``hllSparseSet``: from the opcode before the changed one (or the first), five steps at most,
+    fold a VAL into the next when both hold the same value and together cover at most four registers."""
+    p = prev if prev >= 0 else HEADER
+    for _ in range(5):
+        if p >= len(sketch):
+            return
+        b = sketch[p]
+        if not b & 0x80:
+            p += 2 if b & 0x40 else 1
+            continue
+        if p + 1 < len(sketch) and sketch[p + 1] & 0x80:
+            n = sketch[p + 1]
+            runs = (b & 3) + (n & 3) + 2
+            if (b ^ n) & 0x7C == 0 and runs <= SPARSE_VAL_MAX_LEN:
+                sketch[p + 1] = (n & 0xFC) | (runs - 1)
+                del sketch[p]
+                continue
+        p += 1
+
+
+def sparse_registers_python(sketch: bytes | bytearray | memoryview) -> bytearray | None:
+    """A sparse sketch's registers, one byte each; None unless its opcodes cover exactly 16384 registers."""
+    data = bytes(sketch)
+    regs = bytearray(REGISTERS)
+    p, first, end = HEADER, 0, len(data)
+    while p < end:
+        run, value, size = _opcode(data, p)
+        if first + run > REGISTERS:
+            return None
+        if value:
+            regs[first : first + run] = bytes((value,)) * run
+        p, first = p + size, first + run
+    return regs if first == REGISTERS else None
 
 
 def histogram_python(regs: bytes | bytearray) -> list[int]:
@@ -211,11 +319,12 @@ def merge_max_python(into: bytearray, regs: bytes | bytearray) -> None:
 
 
 if _hll is not None:
-    pattern, unpack, pack, dense_set = _hll.pattern, _hll.unpack, _hll.pack, _hll.dense_set
-    histogram, merge_max = _hll.histogram, _hll.merge_max
+    pattern, unpack, pack, histogram, merge_max = _hll.pattern, _hll.unpack, _hll.pack, _hll.histogram, _hll.merge_max
+    dense_set, sparse_set, sparse_registers = _hll.dense_set, _hll.sparse_set, _hll.sparse_registers
 else:  # pragma: no cover - where _hll.c was not built
-    pattern, unpack, pack, dense_set = pattern_python, unpack_python, pack_python, dense_set_python
-    histogram, merge_max = histogram_python, merge_max_python
+    pattern, unpack, pack, histogram = pattern_python, unpack_python, pack_python, histogram_python
+    merge_max, dense_set, sparse_set = merge_max_python, dense_set_python, sparse_set_python
+    sparse_registers = sparse_registers_python
 
 
 # -- a sketch being read or changed ----------------------------------------------------------------------------------
@@ -237,99 +346,54 @@ def cached(value: bytes | bytearray | memoryview) -> int | None:
 
 
 class Sketch:
-    """One HyperLogLog value: its 16-byte header as stored (unused bytes and a stale cache's other bits are kept,
-    as Redis keeps them) and either the sparse opcodes or the dense registers, packed as stored (``packed``, a
-    copy of the stored bytes: a PFADD raises registers in it without unpacking them).
+    """A HyperLogLog being read or changed: a copy of its string (``data``), which the command stores when done.
+    The header's unused bytes, and a stale cache's other bits, stay as they were, as in Redis."""
 
-    Sparse opcodes are ``[kind, value, run]`` lists with ``starts``, the first register each covers, beside
-    them for bisection; ``size`` is the encoded string's length, which ``hll-sparse-max-bytes`` bounds, and
-    ``covered`` how many registers the opcodes add up to.
+    __slots__ = ("data",)
 
-    A sparse string whose opcodes do not add up to 16384 registers is corrupt, and each operation finds out as
-    Redis's does: a count needs them to add up exactly; a write needs the register it raises covered (opcodes
-    past the 16384th are kept as they are); turning dense, and merging, stop at a VAL that runs past the last
-    register and need exactly 16384 by then. Whatever finds it raises Corrupt and the command stores nothing
-    (Redis keeps in memory, unlogged, what a PFADD wrote before it met the corruption; kvd keeps none of it)."""
-
-    __slots__ = ("covered", "header", "ops", "packed", "size", "starts", "truncated")
-
-    def __init__(self, header: bytearray, ops: list[list[int]] | None, packed: bytearray | None) -> None:
-        self.header = header
-        self.ops = ops
-        self.packed = packed
-        self.starts: list[int] = []
-        self.size = DENSE_SIZE
-        self.covered = REGISTERS
-        # A sparse string that ends in half an XZERO: Redis reads the NUL after the string as its second byte, and
-        # writes before it leave it cut; a write inside it is refused (Redis's would cut the opcode it writes).
-        self.truncated = False
-        if ops is not None:
-            first = 0
-            for _, _, run in ops:
-                self.starts.append(first)
-                first += run
-            self.covered = first
-            self.size = HEADER + sum(2 if kind == XZERO else 1 for kind, _, _ in ops)
+    def __init__(self, data: bytearray) -> None:
+        self.data = data
 
     @classmethod
     def new(cls) -> Sketch:
         """``createHLLObject``: sparse, every register zero in one XZERO, the cache valid at 0."""
-        return cls(bytearray(MAGIC + bytes([SPARSE]) + bytes(11)), [[XZERO, 0, REGISTERS]], None)
+        return cls(bytearray(MAGIC + bytes((SPARSE,)) + bytes(11)) + _zeros(REGISTERS))
 
     @classmethod
     def parse(cls, value: bytes | bytearray | memoryview) -> Sketch:
-        """Raises NotASketch or Corrupt (see ``check``, ``decode_sparse``)."""
+        """A copy of ``value``; NotASketch unless it has a sketch's header."""
         check(value)
-        header = bytearray(value[:HEADER])
-        if value[4] == DENSE:
-            return cls(header, None, bytearray(value[HEADER:]))
-        sketch = cls(header, decode_sparse(value[HEADER:]), None)
-        if sketch.size != len(value):
-            sketch.truncated, sketch.size = True, len(value)
-        return sketch
+        return cls(bytearray(value))
 
     @property
     def dense(self) -> bool:
-        return self.ops is None
+        return self.data[4] == DENSE
 
     def cache(self, card: int) -> None:
-        self.header[8:16] = card.to_bytes(8, "little")
+        self.data[8:16] = card.to_bytes(8, "little")
 
     def invalidate(self) -> None:
-        self.header[15] |= 0x80
+        self.data[15] |= 0x80
 
     def registers(self) -> bytearray:
-        """One byte per register, whichever the encoding (a new bytearray)."""
-        if self.packed is not None:
-            return unpack(self.packed)
-        if self.covered != REGISTERS:
+        """One byte per register (a new bytearray); Corrupt for a sparse string that does not add up."""
+        if self.dense:
+            return unpack(memoryview(self.data)[HEADER:])
+        regs = sparse_registers(self.data)
+        if regs is None:
             raise Corrupt(INVALID)
-        regs = bytearray(REGISTERS)
-        assert self.ops is not None
-        for (kind, value, run), first in zip(self.ops, self.starts, strict=True):
-            if kind == VAL:
-                regs[first : first + run] = bytes((value,)) * run
         return regs
 
-    def histogram(self) -> list[int]:
-        if self.packed is not None:
-            return histogram(unpack(self.packed))
-        if self.covered != REGISTERS:
-            raise Corrupt(INVALID)
-        counts = [0] * 64
-        assert self.ops is not None
-        for kind, value, run in self.ops:
-            counts[value if kind == VAL else 0] += run
-        return counts
+    def count(self) -> int:
+        return estimate(histogram(self.registers()))
 
     def to_dense(self) -> bool:
         """``hllSparseToDense``: True if it was sparse. The header (cache included) stays as it was."""
-        if self.ops is None:
+        if self.dense:
             return False
-        self.packed = bytearray(pack(self.registers()))
-        self.ops, self.starts = None, []
-        self.header[4] = DENSE
-        self.size, self.truncated = DENSE_SIZE, False
+        regs = self.registers()
+        self.data[HEADER:] = pack(regs)
+        self.data[4] = DENSE
         return True
 
     def add(self, element: bytes, sparse_max_bytes: int) -> bool:
@@ -339,156 +403,43 @@ class Sketch:
 
     def set(self, index: int, count: int, sparse_max_bytes: int) -> bool:
         """Raise register ``index`` to ``count``; True if it grew. A sparse sketch that cannot hold it within
-        ``sparse_max_bytes`` (or at all: count above 32) turns dense first, as ``hllSparseSet`` does."""
-        if self.packed is not None:
-            return dense_set(self.packed, index, count)
-        if count > SPARSE_VAL_MAX:
-            return self._promote(index, count)
-        ops, starts = self.ops, self.starts
-        assert ops is not None
-        if index >= self.covered:
+        ``sparse_max_bytes`` (or at all: a count above 32) turns dense first, as ``hllSparseSet`` does."""
+        if self.dense:
+            return dense_set(self.data, index, count)
+        done = sparse_set(self.data, index, count, sparse_max_bytes)
+        if done == PROMOTE:
+            self.to_dense()
+            return dense_set(self.data, index, count)
+        if done == CORRUPT:
             raise Corrupt(INVALID)
-        at = bisect_right(starts, index) - 1
-        if self.truncated and at == len(ops) - 1:
-            raise Corrupt(INVALID)
-        kind, value, run = ops[at]
-        first = starts[at]
-        if kind == VAL:
-            if value >= count:
-                return False
-            if run == 1:
-                ops[at][1] = count
-                self._merge(at)
-                return True
-        elif kind == ZERO and run == 1:
-            ops[at] = [VAL, count, 1]
-            self._merge(at)
-            return True
-        # Split the opcode into (before, the register, after).
-        last = first + run - 1
-        seq: list[list[int]] = []
-        firsts: list[int] = []
-        if index != first:
-            seq.append(_run_op(kind, value, index - first))
-            firsts.append(first)
-        seq.append([VAL, count, 1])
-        firsts.append(index)
-        if index != last:
-            seq.append(_run_op(kind, value, last - index))
-            firsts.append(index + 1)
-        delta = sum(2 if op[0] == XZERO else 1 for op in seq) - (2 if kind == XZERO else 1)
-        if delta > 0 and self.size + delta > sparse_max_bytes:
-            return self._promote(index, count)
-        ops[at : at + 1] = seq
-        starts[at : at + 1] = firsts
-        self.size += delta
-        self._merge(at)
-        return True
-
-    def _merge(self, at: int) -> None:
-        """Step 4 of ``hllSparseSet``: from the opcode before the changed one, five steps at most, fold a VAL
-        into the next when both hold the same value and together cover at most four registers."""
-        ops, starts = self.ops, self.starts
-        assert ops is not None
-        i = at - 1 if at > 0 else 0
-        for _ in range(5):
-            if i >= len(ops):
-                return
-            if ops[i][0] != VAL:
-                i += 1
-                continue
-            if i + 1 < len(ops):
-                here, there = ops[i], ops[i + 1]
-                if there[0] == VAL and here[1] == there[1] and here[2] + there[2] <= SPARSE_VAL_MAX_LEN:
-                    there[2] += here[2]
-                    starts[i + 1] = starts[i]
-                    del ops[i], starts[i]
-                    self.size -= 1
-                    continue
-            i += 1
-
-    def _promote(self, index: int, count: int) -> bool:
-        self.to_dense()
-        assert self.packed is not None
-        dense_set(self.packed, index, count)
-        return True
+        return done == GREW
 
     def raise_all(self, regs: bytearray, sparse_max_bytes: int) -> None:
         """Raise every register to at least ``regs``' (PFMERGE's destination): a dense sketch in one pass, a
         sparse one register by register in index order, as Redis's loop of ``hllSparseSet`` does."""
-        if self.packed is not None:
-            mine = unpack(self.packed)
+        if self.dense:
+            mine = self.registers()
             merge_max(mine, regs)
-            self.packed = bytearray(pack(mine))
+            self.data[HEADER:] = pack(mine)
             return
         index = -1
         while (index := _next_nonzero(regs, index + 1)) >= 0:
             self.set(index, regs[index], sparse_max_bytes)
 
-    def encode(self) -> bytearray:
-        """The string this sketch is stored as (a new bytearray: stored values are never changed in place)."""
-        if self.packed is not None:
-            return self.header + self.packed
-        assert self.ops is not None
-        body = encode_sparse(self.ops)
-        return self.header + (body[:-1] if self.truncated else body)
-
-    def count(self) -> int:
-        return estimate(self.histogram())
+    def describe(self) -> str:
+        """PFDEBUG DECODE's text: ``z:len``, ``Z:len`` and ``v:value,len`` for each opcode of a sparse sketch."""
+        parts, p, data = [], HEADER, self.data
+        while p < len(data):
+            run, value, size = _opcode(data, p)
+            if value:
+                parts.append(f"v:{value},{run}")
+            else:
+                parts.append(f"{'Z' if size == 2 else 'z'}:{run}")
+            p += size
+        return " ".join(parts)
 
 
 def _next_nonzero(regs: bytearray, start: int) -> int:
     """The first register from ``start`` on that is not zero, or -1 (``bytes.lstrip`` skips the zeros in C)."""
     rest = len(regs) - start - len(regs[start:].lstrip(b"\x00"))
     return start + rest if start + rest < len(regs) else -1
-
-
-def _run_op(kind: int, value: int, run: int) -> list[int]:
-    """An opcode for ``run`` registers of what ``kind`` held: a VAL keeps its value, zeros take ZERO up to 64
-    registers and XZERO beyond, as Redis chooses."""
-    if kind == VAL:
-        return [VAL, value, run]
-    return [XZERO if run > SPARSE_ZERO_MAX_LEN else ZERO, 0, run]
-
-
-def decode_sparse(body: bytes | bytearray | memoryview) -> list[list[int]]:
-    """The opcodes of a sparse sketch's registers, however many registers they add up to (``Sketch``)."""
-    data = bytes(body)
-    ops: list[list[int]] = []
-    i, n = 0, len(data)
-    while i < n:
-        b = data[i]
-        if b & 0x80:
-            op = [VAL, ((b >> 2) & 0x1F) + 1, (b & 3) + 1]
-            i += 1
-        elif b & 0x40:  # an XZERO cut by the end of the string: Redis reads the NUL after it as its second byte
-            op = [XZERO, 0, (((b & 0x3F) << 8) | (data[i + 1] if i + 1 < n else 0)) + 1]
-            i += 2
-        else:
-            op = [ZERO, 0, (b & 0x3F) + 1]
-            i += 1
-        ops.append(op)
-    return ops
-
-
-def encode_sparse(ops: list[list[int]]) -> bytes:
-    out = bytearray()
-    for kind, value, run in ops:
-        if kind == VAL:
-            out.append(0x80 | ((value - 1) << 2) | (run - 1))
-        elif kind == XZERO:
-            out += bytes((0x40 | ((run - 1) >> 8), (run - 1) & 0xFF))
-        else:
-            out.append(run - 1)
-    return bytes(out)
-
-
-def describe_sparse(ops: list[list[int]]) -> str:
-    """PFDEBUG DECODE's text: ``z:len``, ``Z:len`` and ``v:value,len`` for each opcode."""
-    parts = []
-    for kind, value, run in ops:
-        if kind == VAL:
-            parts.append(f"v:{value},{run}")
-        else:
-            parts.append(f"{'Z' if kind == XZERO else 'z'}:{run}")
-    return " ".join(parts)

@@ -58,7 +58,7 @@ def pfadd(c: Client, argv: list[Any]) -> Any:
             c.reply.integer(0)
             return
         sketch.invalidate()
-        c.keyspace.set(key, sketch.encode(), deadline, history=KEPT)
+        c.keyspace.set(key, sketch.data, deadline, history=KEPT)
         notify(c.keyspace, STRING, b"pfadd", key)
         c.reply.integer(1)
 
@@ -81,7 +81,7 @@ def _count_one(c: Client, key: bytes) -> Any:
         log = c.keyspace.log
         if c.server.link is None and (log is None or not log.misconf()):
             sketch.cache(card)
-            c.keyspace.set(key, sketch.encode(), deadline, room_checked=True, history=KEPT)
+            c.keyspace.set(key, sketch.data, deadline, room_checked=True, history=KEPT)
         c.reply.integer(card)
 
     return with_current(c, key, reply, read=True)
@@ -153,7 +153,7 @@ def pfmerge(c: Client, argv: list[Any]) -> Any:
         target.raise_all(acc, limit)
         target.invalidate()
         entry = c.keyspace.peek(dest)
-        c.keyspace.set(dest, target.encode(), entry.expire_at if entry is not None else 0, history=KEPT)
+        c.keyspace.set(dest, target.data, entry.expire_at if entry is not None else 0, history=KEPT)
         notify(c.keyspace, STRING, b"pfadd", dest)  # Redis's event for a merge: a mass add
         c.reply.ok()
 
@@ -186,7 +186,7 @@ def pfdebug(c: Client, argv: list[Any]) -> Any:
         if name in (b"getreg", b"todense"):
             converted = sketch.to_dense()
             if converted:
-                c.keyspace.set(key, sketch.encode(), deadline, history=KEPT)
+                c.keyspace.set(key, sketch.data, deadline, history=KEPT)
             else:
                 c.keyspace.unshare(key)
             if name == b"todense":
@@ -198,9 +198,9 @@ def pfdebug(c: Client, argv: list[Any]) -> Any:
             return
         c.keyspace.unshare(key)
         if name == b"decode":
-            if sketch.ops is None:
+            if sketch.dense:
                 raise CommandError("ERR HLL encoding is not sparse")
-            c.reply.bulk(hll.describe_sparse(sketch.ops).encode())
+            c.reply.bulk(sketch.describe().encode())
         elif name == b"encoding":
             c.reply.simple("dense" if sketch.dense else "sparse")
         else:
