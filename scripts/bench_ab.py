@@ -21,6 +21,8 @@ Examples (the commands behind docs/benchmarks.md, "Which interpreter"):
 
     .venv/bin/python scripts/bench_ab.py --pin --op SET --size 256K --rounds 20 redis kvd@/tmp/pyenv-venv/bin/python kvd
     .venv/bin/python scripts/bench_ab.py --redis-benchmark 1 --persistence everysec --rounds 8 redis kvd=/tmp/base kvd
+    .venv/bin/python scripts/bench_ab.py --redis-benchmark 1 --command "PFADD hll __rand_int__" --rounds 6 redis kvd
+    .venv/bin/python scripts/bench_ab.py --redis-benchmark 1 --setup "PFADD a x y" --command "PFCOUNT a" redis kvd
 
 ``--pin`` puts the client processes on CPU 0 and every server on CPU 1: with one client, where the scheduler
 places client and server moves a cell by up to 1.7x between rounds, which pinning removes (it also removes the
@@ -30,6 +32,7 @@ second core from the server, so pinned numbers are for comparing builds, not for
 from __future__ import annotations
 
 import argparse
+import shlex
 import statistics
 import sys
 import tempfile
@@ -73,7 +76,8 @@ def start(target: str, args: argparse.Namespace, workdir: Path, index: int) -> b
 def one_round(srv: bs.Server, args: argparse.Namespace) -> dict[str, Any]:
     """One measurement of ``srv``: ops/s and server CPU per request (user, system) in microseconds."""
     if args.redis_benchmark is not None:
-        rows = bs.redis_benchmark_round(srv, args.redis_benchmark, args.requests, tests=args.op.lower())
+        command = shlex.split(args.command) if args.command else None
+        rows = bs.redis_benchmark_round(srv, args.redis_benchmark, args.requests, args.op.lower(), command)
         row = rows[0]
         if "error" in row:
             raise SystemExit(f"redis-benchmark failed against {srv.name}: {row['error']}")
@@ -100,7 +104,8 @@ def one_round(srv: bs.Server, args: argparse.Namespace) -> dict[str, Any]:
 
 def report(results: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -> None:
     what = (
-        f"redis-benchmark -t {args.op.lower()} -d 64 -c 50 -r 100000 -P {args.redis_benchmark}"
+        f"redis-benchmark -c 50 -r 100000 -P {args.redis_benchmark} "
+        + (args.command if args.command else f"-t {args.op.lower()} -d 64")
         if args.redis_benchmark is not None
         else f"{args.op} {args.size} B, {args.clients} client(s)"
     )
@@ -132,7 +137,11 @@ def main() -> int:
         "--redis-benchmark", type=int, metavar="P", help="drive with redis-benchmark -d 64 -c 50 -P P instead"
     )
     ap.add_argument("--requests", type=int, default=200_000, help="redis-benchmark -n per round (default 200000)")
+    ap.add_argument("--command", help="with --redis-benchmark: this command instead of -t OP ('PFADD h __rand_int__')")
+    ap.add_argument("--setup", action="append", default=[], help="a command run on every target first (repeatable)")
     args = ap.parse_args()
+    if (args.command or args.setup) and args.redis_benchmark is None:
+        raise SystemExit("--command and --setup need --redis-benchmark P")
     bs.ensure_redis()
     results: dict[str, list[dict[str, Any]]] = {}
     servers: list[bs.Server] = []
@@ -140,6 +149,11 @@ def main() -> int:
         try:
             for i, t in enumerate(args.targets):
                 servers.append(start(t, args, Path(tmp), i))  # appended one by one: a failed start stops the rest
+            for srv in servers:
+                client = srv.client()
+                for setup in args.setup:
+                    client.call(*(word.encode() for word in shlex.split(setup)))
+                client.close()
             if args.redis_benchmark is None and args.op != "SET":
                 for srv in servers:
                     bs.preload([srv], args.size, bs.plan(args.size)["nget"])

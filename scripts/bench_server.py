@@ -417,9 +417,14 @@ def bench_redis_benchmark(data: list[Server], args: argparse.Namespace, out: dic
                         )
 
 
-def redis_benchmark_round(srv: Server, pipeline: int, n: int, tests: str = "set,get") -> list[dict[str, Any]]:
-    cmd = ["redis-benchmark", "-h", "127.0.0.1", "-p", str(srv.port), "-t", tests, "-d", "64"]
+def redis_benchmark_round(
+    srv: Server, pipeline: int, n: int, tests: str = "set,get", command: list[str] | None = None
+) -> list[dict[str, Any]]:
+    """One redis-benchmark run: its tests ``-t tests -d 64``, or one ``command`` (``__rand_int__`` in it is
+    replaced by a random number below 100000, as redis-benchmark does with ``-r``)."""
+    cmd = ["redis-benchmark", "-h", "127.0.0.1", "-p", str(srv.port)]
     cmd += ["-n", str(n), "-c", "50", "-r", "100000", "-P", str(pipeline), "--csv"]
+    cmd += command if command else ["-t", tests, "-d", "64"]
     cpu0 = _cpu_seconds(srv.pid)
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
@@ -427,7 +432,7 @@ def redis_benchmark_round(srv: Server, pipeline: int, n: int, tests: str = "set,
     except subprocess.TimeoutExpired as exc:
         text = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
     d_cpu = _cpu_seconds(srv.pid) - cpu0
-    requests = n * len(tests.split(","))
+    requests = n * (1 if command else len(tests.split(",")))
     cpu_us = 1e6 * (d_cpu[0] + d_cpu[1]) / requests  # per request, every test together
     parsed = list(csv.reader(io.StringIO(text)))
     header = parsed[0] if parsed else []

@@ -17,6 +17,9 @@
  *       -> bytearray | None               cover exactly 16384
  *   histogram(registers) -> list          how many registers hold each value 0..63
  *   merge_max(into, registers) -> None    into[i] = max(into[i], registers[i]), in place
+ *   nonzero(registers) -> list            the indexes of the registers that are not zero
+ *   max_registers(sketches)               the registerwise maximum of whole sketches, dense or sparse, in one
+ *       -> bytearray | None               pass (PFCOUNT of several keys, PFMERGE); None if one is corrupt
  *
  * The bit layout is Redis's: register i starts at bit 6 * i, bits numbered from the least significant bit
  * of byte 0 up. tests/unit/test_hll.py compares each function with its Python twin and with a bit-by-bit
@@ -331,26 +334,137 @@ static PyObject *histogram(PyObject *self, PyObject *arg) {
     Py_buffer view;
     if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
         return NULL;
-    Py_ssize_t counts[256] = {0};
+    /* Most registers of a small sketch are zero, and counting a run of equal bytes into one counter is a chain
+     * of dependent increments: whole zero words are counted at once, the other bytes into four tables. */
+    Py_ssize_t counts[4][256] = {{0}};
     const unsigned char *regs = view.buf;
-    for (Py_ssize_t i = 0; i < view.len; i++)
-        counts[regs[i]]++;
+    Py_ssize_t i = 0;
+    for (; i + 8 <= view.len; i += 8) {
+        uint64_t word;
+        memcpy(&word, regs + i, 8);
+        if (word == 0) {
+            counts[0][0] += 8;
+            continue;
+        }
+        for (int k = 0; k < 8; k++)
+            counts[k & 3][regs[i + k]]++;
+    }
+    for (; i < view.len; i++)
+        counts[0][regs[i]]++;
     PyBuffer_Release(&view);
+    for (int v = 0; v < 256; v++)
+        counts[0][v] += counts[1][v] + counts[2][v] + counts[3][v];
     for (int v = 64; v < 256; v++) {
-        if (counts[v])
+        if (counts[0][v])
             return PyErr_Format(PyExc_ValueError, "a register holds %d, above 63", v);
     }
     PyObject *out = PyList_New(64);
     if (out == NULL)
         return NULL;
     for (int v = 0; v < 64; v++) {
-        PyObject *n = PyLong_FromSsize_t(counts[v]);
+        PyObject *n = PyLong_FromSsize_t(counts[0][v]);
         if (n == NULL) {
             Py_DECREF(out);
             return NULL;
         }
         PyList_SET_ITEM(out, v, n);
     }
+    return out;
+}
+
+/* Raise regs to the registers of one sketch (header checked by the caller); 0, or -1 if it is corrupt. */
+static int raise_to_sketch(unsigned char *regs, const unsigned char *s, Py_ssize_t len) {
+    if (s[4] == 0) { /* dense: len is HEADER + PACKED, as hll.check makes sure */
+        const unsigned char *in = s + HEADER;
+        for (int i = 0; i < REGISTERS; i += 4, in += 3) {
+            unsigned char r[4] = {
+                (unsigned char)(in[0] & 63),
+                (unsigned char)((in[0] >> 6) | ((in[1] & 15) << 2)),
+                (unsigned char)((in[1] >> 4) | ((in[2] & 3) << 4)),
+                (unsigned char)(in[2] >> 2),
+            };
+            for (int k = 0; k < 4; k++)
+                regs[i + k] = regs[i + k] > r[k] ? regs[i + k] : r[k];
+        }
+        return 0;
+    }
+    const unsigned char *p = s + HEADER, *end = s + len;
+    long first = 0, run;
+    int value, size;
+    while (p < end) {
+        opcode(p, end, &run, &value, &size);
+        if (first + run > REGISTERS)
+            return -1;
+        for (long i = first; value && i < first + run; i++)
+            regs[i] = regs[i] > value ? regs[i] : (unsigned char)value;
+        p += size;
+        first += run;
+    }
+    return first == REGISTERS ? 0 : -1;
+}
+
+/* max_registers(sketches) -> bytearray | None: the registerwise maximum of sketches whose headers hll.check
+ * passed (PFCOUNT of several keys, PFMERGE), without a bytearray per sketch; None if one is corrupt. */
+static PyObject *max_registers(PyObject *self, PyObject *arg) {
+    PyObject *seq = PySequence_Fast(arg, "max_registers takes a sequence of sketches");
+    if (seq == NULL)
+        return NULL;
+    PyObject *out = PyByteArray_FromStringAndSize(NULL, REGISTERS);
+    if (out == NULL) {
+        Py_DECREF(seq);
+        return NULL;
+    }
+    unsigned char *regs = (unsigned char *)PyByteArray_AS_STRING(out);
+    memset(regs, 0, REGISTERS);
+    int corrupt = 0;
+    for (Py_ssize_t j = 0; j < PySequence_Fast_GET_SIZE(seq) && !corrupt; j++) {
+        Py_buffer view;
+        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(seq, j), &view, PyBUF_SIMPLE) < 0) {
+            Py_DECREF(seq);
+            Py_DECREF(out);
+            return NULL;
+        }
+        if (view.len < HEADER || (((const unsigned char *)view.buf)[4] == 0 && view.len != HEADER + PACKED)) {
+            PyBuffer_Release(&view);
+            Py_DECREF(seq);
+            Py_DECREF(out);
+            return PyErr_Format(PyExc_ValueError, "sketch %zd has no valid header", j);
+        }
+        corrupt = raise_to_sketch(regs, view.buf, view.len) < 0;
+        PyBuffer_Release(&view);
+    }
+    Py_DECREF(seq);
+    if (corrupt) {
+        Py_DECREF(out);
+        Py_RETURN_NONE;
+    }
+    return out;
+}
+
+/* nonzero(registers) -> list: the indexes of the registers that are not zero, skipping zero words at once. */
+static PyObject *nonzero(PyObject *self, PyObject *arg) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    PyObject *out = PyList_New(0);
+    const unsigned char *regs = view.buf;
+    for (Py_ssize_t i = 0; out != NULL && i < view.len; i++) {
+        if ((i & 7) == 0 && i + 8 <= view.len) {
+            uint64_t word;
+            memcpy(&word, regs + i, 8);
+            if (word == 0) {
+                i += 7;
+                continue;
+            }
+        }
+        if (regs[i]) {
+            PyObject *index = PyLong_FromSsize_t(i);
+            if (index == NULL || PyList_Append(out, index) < 0)
+                Py_CLEAR(out);
+            Py_XDECREF(index);
+        }
+    }
+    PyBuffer_Release(&view);
     return out;
 }
 
@@ -379,6 +493,8 @@ static PyMethodDef methods[] = {
     {"sparse_set", sparse_set, METH_VARARGS, "sparse_set(sketch, index, count, max_bytes) -> 0, 1, 2 or -1"},
     {"sparse_registers", sparse_registers, METH_O, "sparse_registers(sketch) -> bytearray, or None if corrupt"},
     {"histogram", histogram, METH_O, "histogram(registers) -> [registers holding 0, 1, ..., 63]"},
+    {"max_registers", max_registers, METH_O, "max_registers(sketches) -> registerwise max, or None if corrupt"},
+    {"nonzero", nonzero, METH_O, "nonzero(registers) -> indexes of the registers that are not zero"},
     {"merge_max", merge_max, METH_VARARGS, "merge_max(into, registers): into[i] = max(into[i], registers[i])"},
     {NULL, NULL, 0, NULL},
 };

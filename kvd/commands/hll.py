@@ -318,13 +318,34 @@ def merge_max_python(into: bytearray, regs: bytes | bytearray) -> None:
     into[:] = bytes(map(max, into, regs)) if any(into) else regs
 
 
+def nonzero_python(regs: bytes | bytearray) -> list[int]:
+    """The indexes of the registers that are not zero."""
+    return [i for i, r in enumerate(regs) if r]
+
+
+def max_registers_python(sketches: list[bytes | bytearray | memoryview]) -> bytearray | None:
+    """The registerwise maximum of whole sketches (headers checked by the caller); None if one is corrupt."""
+    regs = bytearray(REGISTERS)
+    for sketch in sketches:
+        if sketch[4] == DENSE:
+            mine = unpack_python(sketch[HEADER:])
+        else:
+            found = sparse_registers_python(sketch)
+            if found is None:
+                return None
+            mine = found
+        merge_max_python(regs, mine)
+    return regs
+
+
 if _hll is not None:
     pattern, unpack, pack, histogram, merge_max = _hll.pattern, _hll.unpack, _hll.pack, _hll.histogram, _hll.merge_max
     dense_set, sparse_set, sparse_registers = _hll.dense_set, _hll.sparse_set, _hll.sparse_registers
+    max_registers, nonzero = _hll.max_registers, _hll.nonzero
 else:  # pragma: no cover - where _hll.c was not built
     pattern, unpack, pack, histogram = pattern_python, unpack_python, pack_python, histogram_python
     merge_max, dense_set, sparse_set = merge_max_python, dense_set_python, sparse_set_python
-    sparse_registers = sparse_registers_python
+    sparse_registers, max_registers, nonzero = sparse_registers_python, max_registers_python, nonzero_python
 
 
 # -- a sketch being read or changed ----------------------------------------------------------------------------------
@@ -343,6 +364,26 @@ def cached(value: bytes | bytearray | memoryview) -> int | None:
     from the header alone, as Redis's PFCOUNT reads it: the registers are not checked."""
     check(value)
     return None if value[15] & 0x80 else int.from_bytes(value[8:16], "little")
+
+
+def union(values: list[bytes | bytearray | memoryview | None]) -> bytearray:
+    """The registerwise maximum of the sketches among ``values`` (None: a missing key, all zeros), with Redis's
+    errors in Redis's order: it checks and merges the keys one by one, so a corrupt sketch before a string that
+    is not one is INVALIDOBJ, and the other way round WRONGTYPE."""
+    present = [value for value in values if value is not None]
+    refused: NotASketch | None = None
+    for i, value in enumerate(present):
+        try:
+            check(value)
+        except NotASketch as exc:
+            refused, present = exc, present[:i]
+            break
+    regs = max_registers(present)
+    if regs is None:
+        raise Corrupt(INVALID)
+    if refused is not None:
+        raise refused
+    return regs
 
 
 class Sketch:
@@ -416,15 +457,17 @@ class Sketch:
 
     def raise_all(self, regs: bytearray, sparse_max_bytes: int) -> None:
         """Raise every register to at least ``regs``' (PFMERGE's destination): a dense sketch in one pass, a
-        sparse one register by register in index order, as Redis's loop of ``hllSparseSet`` does."""
+        sparse one register by register in index order, as Redis's loop of ``hllSparseSet`` does, until it turns
+        dense (the dense encoding is the same whatever the order of the writes)."""
+        if not self.dense:
+            for index in nonzero(regs):
+                self.set(index, regs[index], sparse_max_bytes)
+                if self.dense:
+                    break
         if self.dense:
             mine = self.registers()
             merge_max(mine, regs)
             self.data[HEADER:] = pack(mine)
-            return
-        index = -1
-        while (index := _next_nonzero(regs, index + 1)) >= 0:
-            self.set(index, regs[index], sparse_max_bytes)
 
     def describe(self) -> str:
         """PFDEBUG DECODE's text: ``z:len``, ``Z:len`` and ``v:value,len`` for each opcode of a sparse sketch."""
@@ -437,9 +480,3 @@ class Sketch:
                 parts.append(f"{'Z' if size == 2 else 'z'}:{run}")
             p += size
         return " ".join(parts)
-
-
-def _next_nonzero(regs: bytearray, start: int) -> int:
-    """The first register from ``start`` on that is not zero, or -1 (``bytes.lstrip`` skips the zeros in C)."""
-    rest = len(regs) - start - len(regs[start:].lstrip(b"\x00"))
-    return start + rest if start + rest < len(regs) else -1

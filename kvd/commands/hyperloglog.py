@@ -112,14 +112,10 @@ def pfcount(c: Client, argv: list[Any]) -> Any:
     if len(keys) == 1:
         return _count_one(c, keys[0])
 
-    def union(values: list[Value | None]) -> None:
-        acc = bytearray(hll.REGISTERS)
-        for value in values:
-            if value is not None:
-                hll.merge_max(acc, hll.Sketch.parse(value).registers())
-        c.reply.integer(hll.estimate(hll.histogram(acc)))
+    def count(values: list[Value | None]) -> None:
+        c.reply.integer(hll.estimate(hll.histogram(hll.union(values))))
 
-    return with_all(c, keys, union)
+    return with_all(c, keys, count)
 
 
 @command(
@@ -140,13 +136,8 @@ def pfmerge(c: Client, argv: list[Any]) -> Any:
     limit = c.server.settings.hll_sparse_max_bytes
 
     def store(values: list[Value | None]) -> None:
-        acc = bytearray(hll.REGISTERS)
-        any_dense = False
-        for value in values:  # the destination is a source too, as in Redis
-            if value is not None:
-                sketch = hll.Sketch.parse(value)
-                any_dense = any_dense or sketch.dense
-                hll.merge_max(acc, sketch.registers())
+        acc = hll.union(values)  # the destination is a source too, as in Redis
+        any_dense = any(value is not None and value[4] == hll.DENSE for value in values)
         target = hll.Sketch.new() if values[0] is None else hll.Sketch.parse(values[0])
         if any_dense:
             target.to_dense()

@@ -67,6 +67,10 @@ def test_c_and_python_agree():
         assert hll._hll.pack(regs) == hll.pack_python(regs)
         assert hll._hll.unpack(hll.pack_python(regs)) == regs
         assert hll._hll.histogram(regs) == hll.histogram_python(regs)
+        sparse = bytearray(hll.REGISTERS)
+        for i in rng.sample(range(hll.REGISTERS), rng.choice([0, 1, 50, 5000])):
+            sparse[i] = rng.randrange(1, 52)
+        assert hll._hll.nonzero(sparse) == hll.nonzero_python(sparse) == [i for i, r in enumerate(sparse) if r]
         a, b = random_registers(rng), random_registers(rng)
         a2 = bytearray(a)
         hll._hll.merge_max(a, b)
@@ -177,6 +181,35 @@ def test_sketches_on_the_python_loops_are_the_c_ones_byte_for_byte(monkeypatch):
         return out
 
     with_c = run()
-    for name in ("pattern", "unpack", "pack", "histogram", "merge_max", "dense_set", "sparse_set", "sparse_registers"):
+    names = ("pattern", "unpack", "pack", "histogram", "merge_max", "dense_set", "sparse_set", "sparse_registers")
+    for name in (*names, "max_registers", "nonzero"):
         monkeypatch.setattr(hll, name, getattr(hll, f"{name}_python"))
     assert run() == with_c
+
+
+@pytest.mark.parametrize("impl", ["python", pytest.param("c", marks=C)])
+def test_the_maximum_of_whole_sketches(impl):
+    max_registers = hll._hll.max_registers if impl == "c" else hll.max_registers_python
+    rng = random.Random(6)
+    sketches, truth = [], bytearray(hll.REGISTERS)
+    for n, dense in ((20, False), (2000, True), (300, False)):
+        s = hll.Sketch.new()
+        for _ in range(n):
+            s.add(rng.randbytes(8), 3000)
+        if dense:
+            s.to_dense()
+        regs = s.registers()
+        truth = bytearray(map(max, truth, regs))
+        sketches.append(bytes(s.data))
+    assert max_registers(sketches) == truth
+    assert max_registers([]) == bytearray(hll.REGISTERS)
+    assert max_registers([*sketches, sketches[0] + b"\x80"]) is None  # opcodes past the last register
+
+
+def test_union_reports_errors_in_redis_s_order():
+    good, corrupt, text = bytes(hll.Sketch.new().data), bytes(hll.Sketch.new().data) + b"\x01", b"hello"
+    assert hll.union([good, None, good]) == bytearray(hll.REGISTERS)
+    with pytest.raises(hll.Corrupt):
+        hll.union([good, corrupt, text])  # the corrupt one is met first
+    with pytest.raises(hll.NotASketch):
+        hll.union([good, text, corrupt])
