@@ -40,7 +40,7 @@ G = "hyperloglog"
     group=G,
     since="2.8.9",
     summary="Adds the specified elements to the specified HyperLogLog.",
-    usage="key [element [element ...]]",
+    usage="key [element ...]",
     complexity="O(1) to add every element.",
     key_flags="RW insert",
 )
@@ -126,7 +126,7 @@ def pfcount(c: Client, argv: list[Any]) -> Any:
     group=G,
     since="2.8.9",
     summary="Merge N different HyperLogLogs into a single one.",
-    usage="destkey [sourcekey [sourcekey ...]]",
+    usage="destkey [sourcekey ...]",
     complexity="O(N) to merge N HyperLogLogs, but with high constant times.",
     key_specs=(KeySpec(("RW", "access", "insert"), 1, 0, 1), KeySpec(("RO", "access"), 2, -1, 1)),
 )

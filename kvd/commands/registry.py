@@ -391,7 +391,7 @@ def _parse_usage(usage: str) -> list[dict[str, Any]]:
 
 
 def _arg_type(name: str) -> str:
-    if name in ("key", "destination", "source"):
+    if name in ("key", "destination", "source", "destkey", "sourcekey"):
         return "key"
     if any(
         word in name for word in ("seconds", "milliseconds", "count", "cursor", "start", "end", "index", "time", "id")

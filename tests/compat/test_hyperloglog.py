@@ -316,3 +316,21 @@ def test_a_redis_replica_holds_the_same_sketches(server, redis_server):
     assert p.execute_command("WAIT", 1, 10_000) == 1
     for key in ("a", "b", "m"):
         assert replica.get(key) == p.get(key), key
+
+
+@pytest.mark.kvd_only  # a kvd replica of kvd
+def test_a_replica_counts_without_storing_the_cache(server_factory):
+    """PFCOUNT on a replica answers from the registers and leaves the replica's copy as its primary sent it
+    (Redis's replicas do not propagate their own writes; a stored cache would make the copies differ)."""
+    primary, replica = server_factory(), server_factory()
+    follow(replica, primary)
+    p, r = primary.client(), replica.client()
+    p.pfadd("hll", *(f"e{i}" for i in range(1000)))
+    assert p.execute_command("WAIT", 1, 10_000) == 1
+    sent = r.get("hll")
+    assert sent[15] & 0x80  # stale cache, as the primary wrote it
+    counted = r.pfcount("hll")
+    assert r.get("hll") == sent
+    assert p.pfcount("hll") == counted
+    assert p.execute_command("WAIT", 1, 10_000) == 1
+    assert r.get("hll") == p.get("hll")  # the primary's count stored the cache, and sent it
