@@ -1,8 +1,8 @@
 """Which arguments of a request are secrets, hidden wherever kvd shows a request back (MONITOR, SLOWLOG).
 
 Redis redacts the same positions (``redactClientCommandArgument``): everything after AUTH, the user name and
-password after HELLO's AUTH option, and the value of a sensitive CONFIG SET key: ``requirepass`` and
-``masterauth``, as Redis marks them.
+password after HELLO's AUTH option and after MIGRATE's AUTH and AUTH2, and the value of a sensitive CONFIG SET
+key: ``requirepass`` and ``masterauth``, as Redis marks them.
 """
 
 from __future__ import annotations
@@ -22,7 +22,25 @@ def secrets(argv: list[Any]) -> set[int]:
         return _hello(argv)
     if name == b"config" and len(argv) > 3 and bytes(argv[1]).lower() == b"set":
         return {i + 1 for i in range(2, len(argv) - 1, 2) if bytes(argv[i]).lower() in SENSITIVE_CONFIG}
+    if name == b"migrate":
+        return _migrate(argv)
     return set()
+
+
+def _migrate(argv: list[Any]) -> set[int]:
+    secret, i = set(), 6  # MIGRATE host port key db timeout [COPY] [REPLACE] [AUTH pw | AUTH2 user pw] [KEYS ...]
+    while i < len(argv):
+        option = bytes(argv[i]).lower()
+        if option == b"auth" and i + 1 < len(argv):
+            secret.add(i + 1)
+            i += 1
+        elif option == b"auth2" and i + 2 < len(argv):
+            secret |= {i + 1, i + 2}
+            i += 2
+        elif option == b"keys":
+            break
+        i += 1
+    return secret
 
 
 def _hello(argv: list[Any]) -> set[int]:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from kvd import unixsocket
 from kvd.acllog import AclLog
+from kvd.commands.migrate import MigrateLinks
 from kvd.commands.registry import LOADING, STALE
 from kvd.config import Settings
 from kvd.connection import Client, ReplyBatch
@@ -122,6 +123,7 @@ class Server:
         self.bound_port = settings.port
         self._unix_identity: unixsocket.Identity | None = None  # the socket file bound, removed at shutdown
         self.copier = Copier()  # KVD.GETINTO's and SETFROM's copies to and from clients' shared memory (kvd/shm.py)
+        self.migrate_links = MigrateLinks()  # MIGRATE's connections to its targets, cached for 10 s as Redis's
         self.loop_name = "asyncio"
         self._next_id = 0
         self._listeners: list[asyncio.AbstractServer] = []
@@ -456,6 +458,7 @@ class Server:
         for server in self._listeners:
             await server.wait_closed()
         self.copier.close()  # copies in flight finish into memory their clients still map
+        self.migrate_links.close_all()
         if self.keyspace.log is not None:
             await self.keyspace.log.close()
             feed = self.replication
@@ -497,6 +500,8 @@ class Server:
                 self.keyspace.ram.set_clock(int(now))
                 self.stats.sample_memory(self.keyspace.ram.used)
                 self.latency.add("expire-cycle", now - started)
+                if self.migrate_links:
+                    self.migrate_links.close_idle(now)
                 if self.keyspace.feed is not None:
                     self.replication.tick(now)
                     if not self.replication.needed:

@@ -13,6 +13,7 @@ from . import (  # noqa: F401  (registration side effects)
     lcs,
     lolwut,
     memory,
+    migrate,
     modules,
     objects,
     pubsub,

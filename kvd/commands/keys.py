@@ -18,7 +18,7 @@ from kvd.store.glob import glob_match
 from kvd.store.keyspace import FRESH, Value, now_ms
 
 from .args import LLONG_MAX, c_word, check_db_index, lower, parse_int
-from .registry import DENYOOM, FAST, READONLY, WRITE, KeySpec, command
+from .registry import ASKING, DENYOOM, FAST, READONLY, WRITE, KeySpec, command
 from .values import then, with_current
 
 if TYPE_CHECKING:
@@ -246,6 +246,18 @@ def dump(c: Client, argv: list[Any]) -> Any:
     )
 
 
+@command(
+    "restore-asking",
+    -4,
+    f"{WRITE} {DENYOOM} {ASKING}",
+    (1, 1, 1),
+    group="server",
+    since="3.0.0",
+    complexity="O(1) to create the new key and additional O(N*M) to reconstruct the serialized value.",
+    summary="An internal command for migrating keys in a cluster",
+    usage="key ttl serialized-value [REPLACE] [ABSTTL] [IDLETIME seconds] [FREQ frequency]",
+    key_flags="OW update",
+)  # what a cluster's MIGRATE sends; without a cluster, RESTORE itself (as in Redis)
 @command(
     "restore",
     -4,

@@ -42,6 +42,7 @@ STALE = "stale"  # runs on a replica whose link is down under replica-serve-stal
 NO_MULTI = "no_multi"  # refused after MULTI (and the transaction fails), as Redis refuses SAVE and SHUTDOWN
 SKIP_SLOWLOG = "skip_slowlog"  # never in SLOWLOG (EXEC: the commands it ran are there)
 PUBSUB = "pubsub"
+ASKING = "asking"  # runs on a cluster node that does not own the slot, after ASKING (kvd: no cluster, no effect)
 MOVABLEKEYS = "movablekeys"  # its keys are found by ``get_keys``, not by position alone
 # Described, with no effect in kvd: it runs no scripts (noscript, allow_busy) and never loads while serving
 # (no_async_loading).
@@ -66,13 +67,17 @@ class KeySpec:
     """One group of a command's keys (a Redis 7 key specification): it begins at argument ``index`` and runs
     to ``lastkey`` (relative to ``index``; negative: counted from the end of the arguments) in steps of
     ``keystep``. ``index`` 0 is Redis's "unknown" search (SORT's BY and STORE keys, which ``get_keys`` finds).
-    ``flags``: what the command does to these keys, from ``KEY_FLAG_ORDER``."""
+    ``flags``: what the command does to these keys, from ``KEY_FLAG_ORDER``. ``keyword``: the search begins
+    after that word instead (MIGRATE's KEYS), looked for from argument ``startfrom`` (negative: from the end,
+    backwards); such a command finds its keys with ``get_keys``."""
 
     flags: tuple[str, ...]
     index: int = 0
     lastkey: int = 0
     keystep: int = 1
     notes: str = ""
+    keyword: str = ""
+    startfrom: int = 0
 
 
 KeysAndFlags = list[tuple[int, tuple[str, ...]]]  # argument positions of keys, each with its key flags
@@ -225,6 +230,8 @@ ACL_EXACT: dict[str, tuple[str, ...]] = {
     "readonly": ("fast", "connection"),
     "readwrite": ("fast", "connection"),
     "restore": ("keyspace", "write", "slow", "dangerous"),
+    "restore-asking": ("keyspace", "write", "slow", "dangerous"),
+    "migrate": ("keyspace", "write", "slow", "dangerous"),
     "role": ("admin", "fast", "dangerous"),
     "sort": ("write", "set", "sortedset", "list", "slow", "dangerous"),
     "sort_ro": ("read", "set", "sortedset", "list", "slow", "dangerous"),

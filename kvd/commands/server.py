@@ -434,7 +434,15 @@ def _key_spec(c: Client, spec: KeySpec) -> None:
     r.text("begin_search")
     r.map(2)
     r.text("type")
-    if spec.index == 0:
+    if spec.keyword:
+        r.text("keyword")
+        r.text("spec")
+        r.map(2)
+        r.text("keyword")
+        r.text(spec.keyword)
+        r.text("startfrom")
+        r.integer(spec.startfrom)
+    elif spec.index == 0:
         r.text("unknown")
         r.text("spec")
         r.map(0)
@@ -447,7 +455,7 @@ def _key_spec(c: Client, spec: KeySpec) -> None:
     r.text("find_keys")
     r.map(2)
     r.text("type")
-    if spec.index == 0:
+    if spec.index == 0 and not spec.keyword:
         r.text("unknown")
         r.text("spec")
         r.map(0)
