@@ -79,7 +79,8 @@ _SECURITY_ATTACK = (b"post", b"host:")
 _monotonic = time.monotonic
 _clock = time.perf_counter_ns
 _SET = COMMANDS[b"set"]  # what a landed request may run as from the read callback (it never awaits the disk)
-_MAY_REPLICATE = frozenset({"publish", "spublish"})  # held by CLIENT PAUSE WRITE, as Redis's may-replicate
+# Held by CLIENT PAUSE WRITE, as Redis's may-replicate commands (PFCOUNT may store its cached count)
+_MAY_REPLICATE = frozenset({"publish", "spublish", "pfcount"})
 _PUBSUB_CONTEXT = frozenset(
     {"subscribe", "psubscribe", "ssubscribe", "unsubscribe", "punsubscribe", "sunsubscribe", "ping", "quit", "reset"}
 )

@@ -229,6 +229,8 @@ static PyObject *sparse_set(PyObject *self, PyObject *args) {
     int count;
     if (!PyArg_ParseTuple(args, "O!lil", &PyByteArray_Type, &obj, &index, &count, &max_bytes))
         return NULL;
+    if (index < 0 || index >= REGISTERS || count < 1 || count > 63)
+        return PyErr_Format(PyExc_ValueError, "register %ld or count %d out of range", index, count);
     if (count > SPARSE_VAL_MAX_VALUE)
         return PyLong_FromLong(2);
     Py_ssize_t len = PyByteArray_GET_SIZE(obj);
@@ -255,12 +257,14 @@ static PyObject *sparse_set(PyObject *self, PyObject *args) {
             return PyLong_FromLong(0);
         if (run == 1) {
             s[p] = val_op(count, 1);
-            PyByteArray_Resize(obj, fold(s, from, len));
+            if (PyByteArray_Resize(obj, fold(s, from, len)) < 0)
+                return NULL;
             return PyLong_FromLong(1);
         }
     } else if (run == 1 && size == 1) {
         s[p] = val_op(count, 1);
-        PyByteArray_Resize(obj, fold(s, from, len));
+        if (PyByteArray_Resize(obj, fold(s, from, len)) < 0)
+            return NULL;
         return PyLong_FromLong(1);
     }
     unsigned char seq[5];

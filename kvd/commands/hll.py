@@ -62,6 +62,9 @@ SPARSE_VAL_MAX_LEN = 4
 SPARSE_ZERO_MAX_LEN = 64
 SPARSE_XZERO_MAX_LEN = 16384
 ALPHA_INF = 0.721347520444481703680  # 0.5 / ln(2)
+# What Redis's estimate becomes when it overflows a long long (registers that no real set of elements makes, but
+# that a SET or RESTORE of a dense string can hold): LLONG_MIN as an unsigned count, replied as -2**63.
+OVERFLOW = 1 << 63
 
 # What a write to a sparse sketch did (``sparse_set``).
 SAME, GREW, PROMOTE, CORRUPT = 0, 1, 2, -1
@@ -131,6 +134,8 @@ def _or(a: bytes, b: bytes) -> bytes:
 def unpack_python(packed: bytes | bytearray | memoryview) -> bytearray:
     """The dense registers (12 288 bytes) as one byte per register."""
     data = bytes(packed)
+    if len(data) != REGISTERS * 6 // 8:
+        raise ValueError(f"packed registers must be {REGISTERS * 6 // 8} bytes, not {len(data)}")
     b0, b1, b2 = data[0::3], data[1::3], data[2::3]
     regs = bytearray(REGISTERS)
     regs[0::4] = b0.translate(_T_LOW6)
@@ -142,6 +147,8 @@ def unpack_python(packed: bytes | bytearray | memoryview) -> bytearray:
 
 def pack_python(regs: bytearray) -> bytes:
     """One byte per register (each at most 63) packed as the dense encoding's 12 288 bytes."""
+    if len(regs) != REGISTERS or max(regs) > 63:
+        raise ValueError("registers must be 16384 bytes of at most 63 each")
     r0, r1, r2, r3 = bytes(regs[0::4]), bytes(regs[1::4]), bytes(regs[2::4]), bytes(regs[3::4])
     out = bytearray(REGISTERS * 6 // 8)
     out[0::3] = _or(r0, r1.translate(_T_LOW2_SHL6))
@@ -174,7 +181,7 @@ def _tau(x: float) -> float:
         x = math.sqrt(x)
         before = z
         y *= 0.5
-        z -= (1 - x) ** 2 * y
+        z -= (1 - x) * (1 - x) * y  # Redis's pow(1 - x, 2), which the compiler makes this product
         if z == before:
             return z / 3
 
@@ -187,9 +194,18 @@ def estimate(histogram: list[int]) -> int:
         z += histogram[j]
         z *= 0.5
     z += m * _sigma(histogram[0] / m)
+    if z == 0.0:  # every register 51 or more: Redis divides by zero
+        return OVERFLOW
     e = ALPHA_INF * m * m / z
+    if not e < 2.0**63:  # also infinity: llroundl overflows to LLONG_MIN on x86-64, 2**63 as unsigned
+        return OVERFLOW
     whole = int(e)
     return whole + (1 if e - whole >= 0.5 else 0)  # llroundl: halves away from zero (e >= 0)
+
+
+def signed(card: int) -> int:
+    """A cardinality as Redis replies it (``addReplyLongLong`` of the unsigned count): OVERFLOW is negative."""
+    return card - (1 << 64) if card >= 1 << 63 else card
 
 
 def dense_set_python(sketch: bytearray, index: int, count: int) -> bool:

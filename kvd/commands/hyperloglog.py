@@ -19,6 +19,7 @@ import random
 from typing import TYPE_CHECKING, Any
 
 from kvd.notify import STRING, notify
+from kvd.protocol import errors
 from kvd.protocol.errors import CommandError
 from kvd.store.keyspace import KEPT, Value
 
@@ -82,7 +83,7 @@ def _count_one(c: Client, key: bytes) -> Any:
         if c.server.link is None and (log is None or not log.misconf()):
             sketch.cache(card)
             c.keyspace.set(key, sketch.data, deadline, room_checked=True, history=KEPT)
-        c.reply.integer(card)
+        c.reply.integer(hll.signed(card))
 
     return with_current(c, key, reply, read=True)
 
@@ -113,7 +114,7 @@ def pfcount(c: Client, argv: list[Any]) -> Any:
         return _count_one(c, keys[0])
 
     def count(values: list[Value | None]) -> None:
-        c.reply.integer(hll.estimate(hll.histogram(hll.union(values))))
+        c.reply.integer(hll.signed(hll.estimate(hll.histogram(hll.union(values)))))
 
     return with_all(c, keys, count)
 
@@ -195,7 +196,7 @@ def pfdebug(c: Client, argv: list[Any]) -> Any:
         elif name == b"encoding":
             c.reply.simple("dense" if sketch.dense else "sparse")
         else:
-            raise CommandError(f"ERR Unknown PFDEBUG subcommand '{sub.decode(errors='replace')}'")
+            raise CommandError(f"ERR Unknown PFDEBUG subcommand '{errors.c_string(sub)}'")
 
     return with_current(c, key, run)
 

@@ -8,6 +8,7 @@ servers and is kvd's own. Several follow Redis's tests/unit/hyperloglog.tcl case
 from __future__ import annotations
 
 import random
+import time
 
 import pytest
 import redis
@@ -233,6 +234,41 @@ def test_random_corruption_is_an_error_or_an_answer_never_a_crash(server):
                 assert result[1] in (INVALIDOBJ, WRONGTYPE), args
                 assert r.get("hll") == before, args
     assert r.ping()
+
+
+@pytest.mark.parametrize("register", [40, 50, 51, 63])
+def test_dense_strings_whose_count_overflows(server, register):
+    """A dense string every register of which holds ``register`` (SET can store one; no stream of elements
+    makes it): from 50 up Redis's estimate overflows a long long and PFCOUNT answers -2**63, caching it with the
+    stale bit still set (so it counts again every time)."""
+    r = server.client()
+    value = b"HYLL" + bytes(11) + b"\x80" + _packed([register] * 16384)
+    r.set("odd", value)
+    r.set("odd2", value)
+    expected = r.pfcount("odd")
+    assert (expected == -(1 << 63)) == (register >= 50)
+    assert r.pfcount("odd") == expected
+    assert r.pfcount("odd", "odd2") == expected
+    cached = r.get("odd")[8:16]
+    assert cached == (b"\x00" * 7 + b"\x80" if register >= 50 else int.to_bytes(expected, 8, "little"))
+
+
+def _packed(registers: list[int]) -> bytes:
+    n = 0
+    for i, value in enumerate(registers):
+        n |= value << (6 * i)
+    return n.to_bytes(len(registers) * 6 // 8, "little")
+
+
+def test_client_pause_write_holds_a_pfcount(server):
+    """PFCOUNT may store its cache, so CLIENT PAUSE WRITE holds it as Redis holds may-replicate commands."""
+    r, other = server.client(), server.client()
+    r.pfadd("hll", "a", "b")
+    r.execute_command("CLIENT", "PAUSE", 600, "WRITE")
+    started = time.monotonic()
+    assert other.pfcount("hll") == 2
+    assert time.monotonic() - started > 0.4
+    assert other.get("hll")[15] & 0x80 == 0
 
 
 def test_pfdebug(server):

@@ -213,3 +213,14 @@ def test_union_reports_errors_in_redis_s_order():
         hll.union([good, corrupt, text])  # the corrupt one is met first
     with pytest.raises(hll.NotASketch):
         hll.union([good, text, corrupt])
+
+
+def test_an_estimate_past_a_long_long_is_redis_s_overflow():
+    """Registers no real stream of elements makes (every one 50 or more), which a SET of a dense string can hold:
+    Redis's llroundl overflows to LLONG_MIN, replied as -2**63; every register at 51 or more divides by zero."""
+    for value in (50, 51, 52, 63):
+        assert hll.estimate(hll.histogram_python(bytes([value]) * hll.REGISTERS)) == hll.OVERFLOW, value
+    assert hll.signed(hll.OVERFLOW) == -(1 << 63)
+    assert hll.signed(12345) == 12345
+    assert hll.estimate(hll.histogram_python(bytes(hll.REGISTERS))) == 0
+    assert 0 < hll.estimate(hll.histogram_python(bytes([40]) * hll.REGISTERS)) < 1 << 63
