@@ -85,6 +85,22 @@ static int exact(Py_buffer *view, Py_ssize_t len, const char *what) {
     return 0;
 }
 
+/* The 16384 6-bit registers at ``in`` (PACKED bytes), one byte each into ``regs``. */
+static void unpack_into(unsigned char *regs, const unsigned char *in) {
+    for (int i = 0; i < REGISTERS; i += 4, in += 3) {
+        regs[i] = in[0] & 63;
+        regs[i + 1] = (unsigned char)((in[0] >> 6) | ((in[1] & 15) << 2));
+        regs[i + 2] = (unsigned char)((in[1] >> 4) | ((in[2] & 3) << 4));
+        regs[i + 3] = in[2] >> 2;
+    }
+}
+
+/* a[i] = max(a[i], b[i]) for every register; branch-free, so that the compiler vectorises it. */
+static void max_into(unsigned char *a, const unsigned char *b) {
+    for (int i = 0; i < REGISTERS; i++)
+        a[i] = a[i] > b[i] ? a[i] : b[i];
+}
+
 static PyObject *unpack(PyObject *self, PyObject *arg) {
     Py_buffer view;
     if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
@@ -94,16 +110,8 @@ static PyObject *unpack(PyObject *self, PyObject *arg) {
         return NULL;
     }
     PyObject *out = PyByteArray_FromStringAndSize(NULL, REGISTERS);
-    if (out != NULL) {
-        const unsigned char *in = view.buf;
-        unsigned char *regs = (unsigned char *)PyByteArray_AS_STRING(out);
-        for (int i = 0; i < REGISTERS; i += 4, in += 3) {
-            regs[i] = in[0] & 63;
-            regs[i + 1] = (unsigned char)((in[0] >> 6) | ((in[1] & 15) << 2));
-            regs[i + 2] = (unsigned char)((in[1] >> 4) | ((in[2] & 3) << 4));
-            regs[i + 3] = in[2] >> 2;
-        }
-    }
+    if (out != NULL)
+        unpack_into((unsigned char *)PyByteArray_AS_STRING(out), view.buf);
     PyBuffer_Release(&view);
     return out;
 }
@@ -299,41 +307,6 @@ static PyObject *sparse_set(PyObject *self, PyObject *args) {
     return PyLong_FromLong(1);
 }
 
-/* sparse_registers(sketch) -> bytearray | None: a sparse sketch's registers, one byte each; None unless its
- * opcodes cover exactly 16384 registers. */
-static PyObject *sparse_registers(PyObject *self, PyObject *arg) {
-    Py_buffer view;
-    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
-        return NULL;
-    PyObject *out = PyByteArray_FromStringAndSize(NULL, REGISTERS);
-    if (out == NULL) {
-        PyBuffer_Release(&view);
-        return NULL;
-    }
-    unsigned char *regs = (unsigned char *)PyByteArray_AS_STRING(out);
-    memset(regs, 0, REGISTERS);
-    const unsigned char *s = view.buf, *end = s + view.len, *p = s + (view.len < HEADER ? view.len : HEADER);
-    long first = 0, run;
-    int value, size, valid = 1;
-    while (p < end) {
-        opcode(p, end, &run, &value, &size);
-        if (first + run > REGISTERS) {
-            valid = 0;
-            break;
-        }
-        if (value)
-            memset(regs + first, value, (size_t)run);
-        p += size;
-        first += run;
-    }
-    PyBuffer_Release(&view);
-    if (!valid || first != REGISTERS) {
-        Py_DECREF(out);
-        Py_RETURN_NONE;
-    }
-    return out;
-}
-
 static PyObject *histogram(PyObject *self, PyObject *arg) {
     Py_buffer view;
     if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
@@ -376,23 +349,10 @@ static PyObject *histogram(PyObject *self, PyObject *arg) {
     return out;
 }
 
-/* Raise regs to the registers of one sketch (header checked by the caller); 0, or -1 if it is corrupt. */
-static int raise_to_sketch(unsigned char *regs, const unsigned char *s, Py_ssize_t len) {
-    if (s[4] == 0) { /* dense: len is HEADER + PACKED, as hll.check makes sure */
-        const unsigned char *in = s + HEADER;
-        for (int i = 0; i < REGISTERS; i += 4, in += 3) {
-            unsigned char r[4] = {
-                (unsigned char)(in[0] & 63),
-                (unsigned char)((in[0] >> 6) | ((in[1] & 15) << 2)),
-                (unsigned char)((in[1] >> 4) | ((in[2] & 3) << 4)),
-                (unsigned char)(in[2] >> 2),
-            };
-            for (int k = 0; k < 4; k++)
-                regs[i + k] = regs[i + k] > r[k] ? regs[i + k] : r[k];
-        }
-        return 0;
-    }
-    const unsigned char *p = s + HEADER, *end = s + len;
+/* Raise regs to the registers of a sparse sketch (the whole string); 0, or -1 unless its opcodes cover exactly
+ * 16384 registers. */
+static int raise_to_sparse(unsigned char *regs, const unsigned char *s, Py_ssize_t len) {
+    const unsigned char *p = s + (len < HEADER ? len : HEADER), *end = s + len;
     long first = 0, run;
     int value, size;
     while (p < end) {
@@ -405,6 +365,27 @@ static int raise_to_sketch(unsigned char *regs, const unsigned char *s, Py_ssize
         first += run;
     }
     return first == REGISTERS ? 0 : -1;
+}
+
+/* sparse_registers(sketch) -> bytearray | None: a sparse sketch's registers, one byte each; None unless its
+ * opcodes cover exactly 16384 registers. */
+static PyObject *sparse_registers(PyObject *self, PyObject *arg) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    PyObject *out = PyByteArray_FromStringAndSize(NULL, REGISTERS);
+    int corrupt = 0;
+    if (out != NULL) {
+        unsigned char *regs = (unsigned char *)PyByteArray_AS_STRING(out);
+        memset(regs, 0, REGISTERS);
+        corrupt = raise_to_sparse(regs, view.buf, view.len) < 0;
+    }
+    PyBuffer_Release(&view);
+    if (corrupt) {
+        Py_DECREF(out);
+        Py_RETURN_NONE;
+    }
+    return out;
 }
 
 /* max_registers(sketches) -> bytearray | None: the registerwise maximum of sketches whose headers hll.check
@@ -434,7 +415,13 @@ static PyObject *max_registers(PyObject *self, PyObject *arg) {
             Py_DECREF(out);
             return PyErr_Format(PyExc_ValueError, "sketch %zd has no valid header", j);
         }
-        corrupt = raise_to_sketch(regs, view.buf, view.len) < 0;
+        if (((const unsigned char *)view.buf)[4] == 0) { /* dense */
+            unsigned char mine[REGISTERS];
+            unpack_into(mine, (const unsigned char *)view.buf + HEADER);
+            max_into(regs, mine);
+        } else {
+            corrupt = raise_to_sparse(regs, view.buf, view.len) < 0;
+        }
         PyBuffer_Release(&view);
     }
     Py_DECREF(seq);
@@ -478,10 +465,7 @@ static PyObject *merge_max(PyObject *self, PyObject *args) {
         return NULL;
     PyObject *result = NULL;
     if (exact(&into, REGISTERS, "into") == 0 && exact(&regs, REGISTERS, "registers") == 0) {
-        unsigned char *a = into.buf;
-        const unsigned char *b = regs.buf;
-        for (int i = 0; i < REGISTERS; i++) /* branch-free, so that the compiler vectorises it */
-            a[i] = a[i] > b[i] ? a[i] : b[i];
+        max_into(into.buf, regs.buf);
         result = Py_NewRef(Py_None);
     }
     PyBuffer_Release(&into);
