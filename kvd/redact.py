@@ -7,6 +7,7 @@ key: ``requirepass`` and ``masterauth``, as Redis marks them.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 REDACTED = b"(redacted)"
@@ -27,19 +28,27 @@ def secrets(argv: list[Any]) -> set[int]:
     return set()
 
 
-def _migrate(argv: list[Any]) -> set[int]:
-    secret, i = set(), 6  # MIGRATE host port key db timeout [COPY] [REPLACE] [AUTH pw | AUTH2 user pw] [KEYS ...]
+_MIGRATE_VALUES = {b"auth": 1, b"auth2": 2}  # the values that follow each of MIGRATE's options
+
+
+def migrate_options(argv: list[Any]) -> Iterator[tuple[int, bytes]]:
+    """MIGRATE's options (``host port key db timeout [COPY] [REPLACE] [AUTH pw | AUTH2 user pw] [KEYS ...]``)
+    as (position, lowercased word), stepping over AUTH's and AUTH2's values and ending at KEYS, the one walk
+    Redis's ``migrateGetKeys`` and ``migrateCommand`` make. The command, COMMAND GETKEYS and the redaction all
+    read the options through it, so a password spelled ``keys`` is a password to each of them."""
+    i = 6
     while i < len(argv):
-        option = bytes(argv[i]).lower()
-        if option == b"auth" and i + 1 < len(argv):
-            secret.add(i + 1)
-            i += 1
-        elif option == b"auth2" and i + 2 < len(argv):
-            secret |= {i + 1, i + 2}
-            i += 2
-        elif option == b"keys":
-            break
-        i += 1
+        word = bytes(argv[i]).lower()
+        yield i, word
+        if word == b"keys":
+            return
+        i += 1 + _MIGRATE_VALUES.get(word, 0)
+
+
+def _migrate(argv: list[Any]) -> set[int]:
+    secret: set[int] = set()
+    for i, word in migrate_options(argv):
+        secret.update(j for j in range(i + 1, i + 1 + _MIGRATE_VALUES.get(word, 0)) if j < len(argv))
     return secret
 
 

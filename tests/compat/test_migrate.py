@@ -215,3 +215,116 @@ def test_kvd_to_kvd_with_values_on_disk(server_factory):
     src_srv.kill9()  # the deletes were logged: nothing comes back
     src_srv.restart()
     assert src_srv.client().dbsize() == 0
+
+
+def test_only_the_keys_move_never_the_arguments(server, target):
+    """Keys named like MIGRATE's other arguments (the db, the timeout, an option, the password) stay where they
+    are; with KEYS, a password spelled ``keys`` is still a password."""
+    src, dst = server.client(), target.client()
+    bystanders = {"0": "zero", "1000": "thousand", "COPY": "c", "AUTH2": "a", "default": "d", "keys": "k"}
+    src.mset({**bystanders, "k": "v"})
+    assert migrate(src, target, "missing", 0, 1000) == b"NOKEY"
+    assert migrate(src, target, "k", 0, 1000, "COPY") == b"OK"
+    assert dst.keys("*") == [b"k"]
+    assert src.mget(list(bystanders)) == [v.encode() for v in bystanders.values()]
+    host, port = target.host, target.port
+    assert src.command_getkeys("MIGRATE", host, port, "k", 0, 0, "AUTH", "keys") == ["k"]
+    assert src.command_getkeys("MIGRATE", host, port, "", 0, 0, "AUTH2", "keys", "pw", "KEYS", "a") == ["a"]
+
+
+def test_the_port_is_read_as_atoi_reads_it(server, target):
+    src, dst = server.client(), target.client()
+    src.mset({"p1": "1", "p2": "2"})
+    assert src.execute_command("MIGRATE", target.host, f"{target.port}abc", "p1", 0, 1000) == b"OK"
+    assert src.execute_command("MIGRATE", target.host, f" {target.port}", "p2", 0, 1000) == b"OK"
+    assert dst.mget("p1", "p2") == [b"1", b"2"]
+    assert src.execute_command("MIGRATE", target.host, "abc", "missing", 0, 1000) == b"NOKEY"
+
+
+def read_command(conn: socket.socket, buffer: bytearray, pace: float = 0.0, slow_bytes: int = 0) -> int:
+    """Read one RESP command off ``conn`` (``buffer`` keeps what follows it), ``pace`` seconds between reads of
+    256 KiB for its first ``slow_bytes``: a slow target, which then reads the rest at once (so that what the
+    kernel holds in its buffers at the end does not count). Returns the bytes of its arguments."""
+    taken = 0
+
+    def need(n: int) -> None:
+        nonlocal taken
+        while len(buffer) < n:
+            chunk = conn.recv(256 * 1024)
+            assert chunk, "the source closed the connection"
+            buffer.extend(chunk)
+            taken += len(chunk)
+            if taken < slow_bytes:
+                time.sleep(pace)
+
+    def line() -> bytes:
+        while b"\r\n" not in buffer:
+            need(len(buffer) + 1)
+        end = buffer.index(b"\r\n")
+        text = bytes(buffer[:end])
+        del buffer[: end + 2]
+        return text
+
+    total = 0
+    count = int(line()[1:])
+    for _ in range(count):
+        size = int(line()[1:])
+        need(size + 2)
+        del buffer[: size + 2]
+        total += size
+    return total
+
+
+def test_a_large_key_to_a_slow_target_is_not_cut_short_by_the_timeout(server):
+    """The timeout bounds each 64 KiB written, as Redis's, not the whole transfer: 16 MiB to a target that takes
+    about 0.6 s to read the first 8 MiB, with a timeout of 300 ms."""
+    src = server.client()
+    value = os.urandom(16 * MiB)
+    src.set("big", value)
+    received: list[int] = []
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+
+        def slow_target() -> None:
+            conn, _ = listener.accept()
+            with conn:
+                buffer = bytearray()
+                read_command(conn, buffer)  # SELECT
+                received.append(read_command(conn, buffer, pace=0.02, slow_bytes=8 * MiB))  # RESTORE
+                conn.sendall(b"+OK\r\n+OK\r\n")
+                time.sleep(0.5)
+
+        thread = threading.Thread(target=slow_target, daemon=True)
+        thread.start()
+        started = time.monotonic()
+        assert src.execute_command("MIGRATE", "127.0.0.1", listener.getsockname()[1], "big", 0, 300) == b"OK"
+        took = time.monotonic() - started
+        thread.join(10)
+    assert received and received[0] > 16 * MiB  # the key, the TTL and the payload
+    assert took > 0.5 and not src.exists("big")
+
+
+@pytest.mark.kvd_only  # Redis reads 1023 bytes of such a reply as a line that is not an error, and deletes the key
+def test_a_target_that_answers_no_line_is_a_failed_read(server):
+    src = server.client()
+    src.set("k", "v")
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+
+        def babbling_target() -> None:
+            conn, _ = listener.accept()
+            with conn:
+                buffer = bytearray()
+                read_command(conn, buffer)
+                read_command(conn, buffer)
+                conn.sendall(b"x" * (200 * 1024))
+                time.sleep(1)
+
+        thread = threading.Thread(target=babbling_target, daemon=True)
+        thread.start()
+        reply = error_of(src, "MIGRATE", "127.0.0.1", listener.getsockname()[1], "k", 0, 2000)
+        thread.join(10)
+    assert reply == "IOERR error or timeout reading to target instance"
+    assert src.get("k") == b"v"
