@@ -11,6 +11,8 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import pytest
 import redis
@@ -25,6 +27,25 @@ MiB = 1 << 20
 @pytest.fixture
 def target(redis_server: ServerProcess) -> ServerProcess:
     return redis_server
+
+
+@contextmanager
+def fake_target(behave: Callable[[socket.socket], None]) -> Iterator[int]:
+    """A target that is no server: a listener whose first connection ``behave`` handles on a thread (silent,
+    slow, babbling). Yields its port; the thread is given 10 s to finish afterwards."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+
+        def serve() -> None:
+            conn, _ = listener.accept()
+            with conn:
+                behave(conn)
+
+        thread = threading.Thread(target=serve, daemon=True)
+        thread.start()
+        yield listener.getsockname()[1]
+        thread.join(10)
 
 
 def migrate(r: redis.Redis, to: ServerProcess, *args: object) -> object:
@@ -143,17 +164,10 @@ def test_a_target_that_never_answers_times_out_and_keeps_the_key(server):
     """Connected, written to, silent: after the timeout the key is still here, and so is the server."""
     src = server.client()
     src.set("k", "v")
-    with socket.socket() as silent:
-        silent.bind(("127.0.0.1", 0))
-        silent.listen()
-        held: list[socket.socket] = []
-        accepter = threading.Thread(target=lambda: held.append(silent.accept()[0]), daemon=True)
-        accepter.start()
+    with fake_target(lambda conn: time.sleep(1)) as port:
         started = time.monotonic()
-        reply = error_of(src, "MIGRATE", "127.0.0.1", silent.getsockname()[1], "k", 0, 300)
+        reply = error_of(src, "MIGRATE", "127.0.0.1", port, "k", 0, 300)
         took = time.monotonic() - started
-        for conn in held:
-            conn.close()
     assert reply == "IOERR error or timeout reading to target instance"
     assert 0.25 < took < 5
     assert src.get("k") == b"v" and src.ping()
@@ -282,25 +296,18 @@ def test_a_large_key_to_a_slow_target_is_not_cut_short_by_the_timeout(server):
     value = os.urandom(16 * MiB)
     src.set("big", value)
     received: list[int] = []
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen()
 
-        def slow_target() -> None:
-            conn, _ = listener.accept()
-            with conn:
-                buffer = bytearray()
-                read_command(conn, buffer)  # SELECT
-                received.append(read_command(conn, buffer, pace=0.02, slow_bytes=8 * MiB))  # RESTORE
-                conn.sendall(b"+OK\r\n+OK\r\n")
-                time.sleep(0.5)
+    def slow(conn: socket.socket) -> None:
+        buffer = bytearray()
+        read_command(conn, buffer)  # SELECT
+        received.append(read_command(conn, buffer, pace=0.02, slow_bytes=8 * MiB))  # RESTORE
+        conn.sendall(b"+OK\r\n+OK\r\n")
+        time.sleep(0.5)
 
-        thread = threading.Thread(target=slow_target, daemon=True)
-        thread.start()
+    with fake_target(slow) as port:
         started = time.monotonic()
-        assert src.execute_command("MIGRATE", "127.0.0.1", listener.getsockname()[1], "big", 0, 300) == b"OK"
+        assert src.execute_command("MIGRATE", "127.0.0.1", port, "big", 0, 300) == b"OK"
         took = time.monotonic() - started
-        thread.join(10)
     assert received and received[0] > 16 * MiB  # the key, the TTL and the payload
     assert took > 0.5 and not src.exists("big")
 
@@ -309,22 +316,15 @@ def test_a_large_key_to_a_slow_target_is_not_cut_short_by_the_timeout(server):
 def test_a_target_that_answers_no_line_is_a_failed_read(server):
     src = server.client()
     src.set("k", "v")
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen()
 
-        def babbling_target() -> None:
-            conn, _ = listener.accept()
-            with conn:
-                buffer = bytearray()
-                read_command(conn, buffer)
-                read_command(conn, buffer)
-                conn.sendall(b"x" * (200 * 1024))
-                time.sleep(1)
+    def babble(conn: socket.socket) -> None:
+        buffer = bytearray()
+        read_command(conn, buffer)  # SELECT
+        read_command(conn, buffer)  # RESTORE
+        conn.sendall(b"x" * (200 * 1024))
+        time.sleep(1)
 
-        thread = threading.Thread(target=babbling_target, daemon=True)
-        thread.start()
-        reply = error_of(src, "MIGRATE", "127.0.0.1", listener.getsockname()[1], "k", 0, 2000)
-        thread.join(10)
+    with fake_target(babble) as port:
+        reply = error_of(src, "MIGRATE", "127.0.0.1", port, "k", 0, 2000)
     assert reply == "IOERR error or timeout reading to target instance"
     assert src.get("k") == b"v"
