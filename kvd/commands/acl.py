@@ -46,6 +46,7 @@ _NO_ACL_FILE = (
 
 
 @command("acl", -2, "", group=G, since="6.0.0", summary="A container for Access List Control commands.",
+    complexity="Depends on subcommand.",
          usage="subcommand [argument ...]")  # fmt: skip
 def acl(c: Client, argv: list[Any]) -> Any:
     return run_subcommand(c, argv, "acl")
@@ -65,12 +66,14 @@ def acl_whoami(c: Client, argv: list[Any]) -> None:
     since="6.0.0",
     parent="acl",
     summary="Lists all ACL users.",
+    complexity="O(N). Where N is the number of configured users.",
 )
 def acl_users(c: Client, argv: list[Any]) -> None:
     c.reply.bulk_array([DEFAULT])
 
 
 @command("list", 2, f"{ADMIN} {NOSCRIPT} {LOADING} {STALE}", group=G, since="6.0.0", parent="acl",
+    complexity="O(N). Where N is the number of configured users.",
          summary="Dumps the effective rules in ACL file format.")  # fmt: skip
 def acl_list(c: Client, argv: list[Any]) -> None:
     password = _password_rule(c)
@@ -78,6 +81,7 @@ def acl_list(c: Client, argv: list[Any]) -> None:
 
 
 @command("getuser", 3, f"{ADMIN} {NOSCRIPT} {LOADING} {STALE}", group=G, since="6.0.0", parent="acl",
+    complexity="O(N). Where N is the number of password, command and pattern rules that the user has.",
          summary="Lists the ACL rules of a user.", usage="username")  # fmt: skip
 def acl_getuser(c: Client, argv: list[Any]) -> None:
     if bytes(argv[2]) != DEFAULT:
@@ -101,6 +105,7 @@ def acl_getuser(c: Client, argv: list[Any]) -> None:
 
 
 @command("cat", -2, f"{NOSCRIPT} {LOADING} {STALE}", group=G, since="6.0.0", parent="acl",
+    complexity="O(1) since the categories and commands are a fixed set.",
          summary="Lists the ACL categories, or the commands inside a category.", usage="[category]")  # fmt: skip
 def acl_cat(c: Client, argv: list[Any]) -> None:
     if len(argv) == 2:
@@ -141,6 +146,7 @@ def acl_genpass(c: Client, argv: list[Any]) -> None:
 
 @command("dryrun", -4, f"{ADMIN} {NOSCRIPT} {LOADING} {STALE}", group=G, since="7.0.0", parent="acl",
          summary="Simulates the execution of a command by a user, without executing the command.",
+    complexity="O(1).",
          usage="username command [arg ...]")  # fmt: skip
 def acl_dryrun(c: Client, argv: list[Any]) -> None:
     user = bytes(argv[2])
@@ -160,6 +166,7 @@ def acl_dryrun(c: Client, argv: list[Any]) -> None:
 
 
 @command("log", -2, f"{ADMIN} {NOSCRIPT} {LOADING} {STALE}", group=G, since="6.0.0", parent="acl",
+    complexity="O(N) with N being the number of entries shown.",
          summary="Lists recent security events generated due to ACL rules.", usage="[count | RESET]")  # fmt: skip
 def acl_log(c: Client, argv: list[Any]) -> None:
     log = c.server.acl_log
@@ -181,6 +188,7 @@ def acl_log(c: Client, argv: list[Any]) -> None:
 
 @command("setuser", -3, f"{ADMIN} {NOSCRIPT} {LOADING} {STALE}", group=G, since="6.0.0", parent="acl",
          summary="Creates and modifies an ACL user and its rules (kvd: one user, default).",
+    complexity="O(N). Where N is the number of rules provided.",
          usage="username [rule [rule ...]]")  # fmt: skip
 def acl_setuser(c: Client, argv: list[Any]) -> None:
     raise CommandError(
@@ -190,6 +198,7 @@ def acl_setuser(c: Client, argv: list[Any]) -> None:
 
 
 @command("deluser", -3, f"{ADMIN} {NOSCRIPT} {LOADING} {STALE}", group=G, since="6.0.0", parent="acl",
+    complexity="O(1) amortized time considering the typical user.",
          summary="Deletes ACL users, and terminates their connections.", usage="username [username ...]")  # fmt: skip
 def acl_deluser(c: Client, argv: list[Any]) -> None:
     if any(bytes(name) == DEFAULT for name in argv[2:]):
@@ -198,12 +207,14 @@ def acl_deluser(c: Client, argv: list[Any]) -> None:
 
 
 @command("load", 2, f"{ADMIN} {NOSCRIPT} {LOADING} {STALE}", group=G, since="6.0.0", parent="acl",
+    complexity="O(N). Where N is the number of configured users.",
          summary="Reloads the rules from the configured ACL file.")  # fmt: skip
 def acl_load(c: Client, argv: list[Any]) -> None:
     raise CommandError(_NO_ACL_FILE)
 
 
 @command("save", 2, f"{ADMIN} {NOSCRIPT} {LOADING} {STALE}", group=G, since="6.0.0", parent="acl",
+    complexity="O(N). Where N is the number of configured users.",
          summary="Saves the effective ACL rules in the configured ACL file.")  # fmt: skip
 def acl_save(c: Client, argv: list[Any]) -> None:
     raise CommandError(_NO_ACL_FILE)

@@ -26,6 +26,22 @@ _CHANGES = f"{ADMIN} {STALE} {NO_ASYNC_LOADING}"  # the subcommands that change 
 # The subcommands whose answer Redis marks as varying between calls (COMMAND INFO's tips).
 _NONDETERMINISTIC = {"bumpepoch", "count-failure-reports", "getkeysinslot", "info", "links", "nodes", "replicas"}
 _NONDETERMINISTIC |= {"shards", "slaves", "slots"}
+# COMMAND DOCS: Redis's complexity where it is not O(1), and the deprecated subcommands (since, replaced by).
+_COMPLEXITY = {
+    "addslots": "O(N) where N is the total number of hash slot arguments",
+    "addslotsrange": "O(N) where N is the total number of the slots between the start slot and end slot arguments.",
+    "count-failure-reports": "O(N) where N is the number of failure reports",
+    "delslots": "O(N) where N is the total number of hash slot arguments",
+    "delslotsrange": "O(N) where N is the total number of the slots between the start slot and end slot arguments.",
+    "getkeysinslot": "O(log(N)) where N is the number of requested keys",
+    "keyslot": "O(N) where N is the number of bytes in the key",
+    "links": "O(N) where N is the total number of Cluster nodes",
+    "nodes": "O(N) where N is the total number of Cluster nodes",
+    "reset": "O(N) where N is the number of known nodes. The command may execute a FLUSHALL as a side effect.",
+    "shards": "O(N) where N is the total number of cluster nodes",
+    "slots": "O(N) where N is the total number of Cluster nodes",
+}
+_DEPRECATED = {"slaves": ("5.0.0", "`CLUSTER REPLICAS`"), "slots": ("7.0.0", "`CLUSTER SHARDS`")}
 
 
 def _disabled(c: Client, argv: list[Any]) -> None:
@@ -76,7 +92,21 @@ for _name, _arity, _flags, _since, _summary in (
     ("slots", 2, STALE, "3.0.0", "Returns the mapping of cluster slots to nodes."),
 ):  # fmt: skip
     _tips = "nondeterministic_output" if _name in _NONDETERMINISTIC else ""
-    command(_name, _arity, _flags, group=G, since=_since, parent="cluster", summary=_summary, tips=_tips)(_disabled)
+    _deprecated_since, _replaced_by = _DEPRECATED.get(_name, ("", ""))
+    command(
+        _name,
+        _arity,
+        _flags,
+        group=G,
+        since=_since,
+        parent="cluster",
+        summary=_summary,
+        tips=_tips,
+        complexity=_COMPLEXITY.get(_name, "O(1)"),
+        doc_flags="deprecated" if _deprecated_since else "",
+        deprecated_since=_deprecated_since,
+        replaced_by=_replaced_by,
+    )(_disabled)
 
 for _name, _flags, _summary in (
     ("readonly", f"{FAST} {LOADING} {STALE}", "Enables read-only queries on a cluster replica's connection."),

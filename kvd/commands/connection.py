@@ -86,6 +86,7 @@ def echo(c: Client, argv: list[Any]) -> None:
     group=G,
     summary="Authenticates the connection.",
     usage="[username] password",
+    complexity="O(N) where N is the number of passwords defined for the user",
 )
 def auth(c: Client, argv: list[Any]) -> None:
     if len(argv) > 3:
@@ -220,6 +221,7 @@ def _validate_name(name: bytes, what: str = "Client names") -> None:
     since="2.4.0",
     summary="A container for client connection commands.",
     usage="subcommand [argument ...]",
+    complexity="Depends on subcommand.",
 )
 def client(c: Client, argv: list[Any]) -> Any:
     return run_subcommand(c, argv, "client")
@@ -318,6 +320,7 @@ def client_info(c: Client, argv: list[Any]) -> None:
     summary="Lists open connections.",
     usage="[TYPE NORMAL] [ID client-id [client-id ...]]",
     tips="nondeterministic_output",
+    complexity="O(N) where N is the number of client connections",
 )
 def client_list(c: Client, argv: list[Any]) -> None:
     ids: set[int] | None = None
@@ -353,6 +356,7 @@ def _client_type(raw: bytes) -> str:
     summary="Terminates open connections.",
     usage="ID client-id | ADDR ip:port | LADDR ip:port | USER username | TYPE NORMAL|REPLICA|PUBSUB|MASTER | "
     "SKIPME yes|no",
+    complexity="O(N) where N is the number of client connections",
 )
 def client_kill(c: Client, argv: list[Any]) -> None:
     """Redis 7.0's two forms: ``CLIENT KILL addr`` (OK, or "No such client"; may name the caller), and filters
@@ -456,7 +460,7 @@ def client_reply(c: Client, argv: list[Any]) -> None:
     -3,
     f"{ADMIN} {NOSCRIPT} {LOADING} {STALE}",
     group=G,
-    since="3.0.0",
+    since="2.9.50",
     parent="client",
     summary="Suspends commands processing.",
     usage="timeout [WRITE | ALL]",
@@ -483,6 +487,7 @@ def client_pause(c: Client, argv: list[Any]) -> None:
     since="6.2.0",
     parent="client",
     summary="Resumes processing commands from paused clients.",
+    complexity="O(N) Where N is the number of paused clients",
 )
 def client_unpause(c: Client, argv: list[Any]) -> None:
     c.server.unpause_clients()

@@ -187,6 +187,7 @@ async def _sign_later(c: Client, take_snapshot: Callable[[], Snapshot], sign: Si
     complexity="Depends on subcommand.",
     summary="A container for debugging commands.",
     protected="enable-debug-command",
+    doc_flags="syscmd",
 )
 def debug_(c: Client, argv: list[Any]) -> Any:
     sub = option(argv[1])

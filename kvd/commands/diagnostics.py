@@ -32,6 +32,7 @@ _COUNT_RANGE = "ERR count should be greater than or equal to -1"
     since="2.2.12",
     summary="A container for slow log commands.",
     usage="subcommand [argument ...]",
+    complexity="Depends on subcommand.",
 )
 def slowlog(c: Client, argv: list[Any]) -> Any:
     return run_subcommand(c, argv, "slowlog")
@@ -93,6 +94,7 @@ def slowlog_len(c: Client, argv: list[Any]) -> None:
     parent="slowlog",
     summary="Clears all entries from the slow log.",
     tips="request_policy:all_nodes response_policy:all_succeeded",
+    complexity="O(N) where N is the number of entries in the slowlog",
 )
 def slowlog_reset(c: Client, argv: list[Any]) -> None:
     c.server.slowlog.reset()
@@ -123,6 +125,7 @@ def slowlog_help(c: Client, argv: list[Any]) -> None:
     since="2.8.13",
     summary="A container for latency diagnostics commands.",
     usage="subcommand [argument ...]",
+    complexity="Depends on subcommand.",
 )
 def latency(c: Client, argv: list[Any]) -> Any:
     return run_subcommand(c, argv, "latency")
@@ -230,6 +233,7 @@ def latency_reset(c: Client, argv: list[Any]) -> None:
     summary="Returns the cumulative distribution of latencies of a subset or all commands.",
     usage="[command [command ...]]",
     tips="nondeterministic_output request_policy:all_nodes response_policy:special",
+    complexity="O(N) where N is the number of commands with latency information being retrieved.",
 )
 def latency_histogram(c: Client, argv: list[Any]) -> None:
     """Every command (and subcommand) with calls, or those named; an unknown name is skipped, as in Redis."""

@@ -163,6 +163,7 @@ def pfmerge(c: Client, argv: list[Any]) -> Any:
     usage="subcommand key",
     complexity="N/A",
     key_flags="RW access",
+    doc_flags="syscmd",
 )
 def pfdebug(c: Client, argv: list[Any]) -> Any:
     """GETREG (the 16384 registers; a sparse sketch is stored dense first), DECODE (a sparse sketch's opcodes),
@@ -212,6 +213,7 @@ SELFTEST_ELEMENTS = 1_000_000
     since="2.8.9",
     summary="An internal command for testing HyperLogLog values",
     complexity="N/A",
+    doc_flags="syscmd",
 )
 def pfselftest(c: Client, argv: list[Any]) -> None:
     """Redis's two checks: dense registers keep what is written to them, neighbours untouched (1000 rounds of

@@ -34,7 +34,9 @@ TYPES = (b"string", b"list", b"set", b"zset", b"hash", b"stream")
     WRITE,
     (1, -1, 1),
     group=G,
-    complexity="O(N)",
+    complexity="O(N) where N is the number of keys that will be removed. When a key to remove holds a value other "
+    "than a string, the individual complexity for this key is O(M) where M is the number of elements in "
+    "the list, set, sorted set or hash. Removing a single key that holds a string value is O(1).",
     summary="Deletes one or more keys.",
     usage="key [key ...]",
     tips="request_policy:multi_shard response_policy:agg_sum",
@@ -62,7 +64,9 @@ def _delete(c: Client, keys: list[Any]) -> int:
     (1, -1, 1),
     group=G,
     since="4.0.0",
-    complexity="O(N)",
+    complexity="O(1) for each key removed regardless of its size. Then the command does O(N) work in a different "
+    "thread in order to reclaim memory, where N is the number of allocations the deleted objects where "
+    "composed of.",
     summary="Asynchronously deletes one or more keys.",
     usage="key [key ...]",
     tips="request_policy:multi_shard response_policy:agg_sum",
@@ -79,8 +83,8 @@ def unlink(c: Client, argv: list[Any]) -> None:
     f"{READONLY} {FAST}",
     (1, -1, 1),
     group=G,
-    since="3.0.3",
-    complexity="O(N)",
+    since="1.0.0",
+    complexity="O(N) where N is the number of keys to check.",
     summary="Determines whether one or more keys exist.",
     usage="key [key ...]",
     tips="request_policy:multi_shard response_policy:agg_sum",
@@ -112,7 +116,7 @@ def type_(c: Client, argv: list[Any]) -> None:
     (1, -1, 1),
     group=G,
     since="3.2.1",
-    complexity="O(N)",
+    complexity="O(N) where N is the number of keys that will be touched.",
     summary="Returns the number of existing keys out of those specified after updating the time they were last "
     "accessed.",
     usage="key [key ...]",
@@ -253,10 +257,14 @@ def dump(c: Client, argv: list[Any]) -> Any:
     (1, 1, 1),
     group="server",
     since="3.0.0",
-    complexity="O(1) to create the new key and additional O(N*M) to reconstruct the serialized value.",
+    complexity="O(1) to create the new key and additional O(N*M) to reconstruct the serialized value, where N is the "
+    "number of Redis objects composing the value and M their average size. For small string values the "
+    "time complexity is thus O(1)+O(1*M) where M is small, so simply O(1). However for sorted set values "
+    "the complexity is O(N*M*log(N)) because inserting values into sorted sets is O(log(N)).",
     summary="An internal command for migrating keys in a cluster",
     usage="key ttl serialized-value [REPLACE] [ABSTTL] [IDLETIME seconds] [FREQ frequency]",
     key_flags="OW update",
+    doc_flags="syscmd",
 )  # what a cluster's MIGRATE sends; without a cluster, RESTORE itself (as in Redis)
 @command(
     "restore",
@@ -265,7 +273,10 @@ def dump(c: Client, argv: list[Any]) -> Any:
     (1, 1, 1),
     group=G,
     since="2.6.0",
-    complexity="O(1) to create the new key and additional O(N*M) to reconstruct the serialized value.",
+    complexity="O(1) to create the new key and additional O(N*M) to reconstruct the serialized value, where N is the "
+    "number of Redis objects composing the value and M their average size. For small string values the "
+    "time complexity is thus O(1)+O(1*M) where M is small, so simply O(1). However for sorted set values "
+    "the complexity is O(N*M*log(N)) because inserting values into sorted sets is O(log(N)).",
     summary="Creates a key from the serialized representation of a value.",
     usage="key ttl serialized-value [REPLACE] [ABSTTL] [IDLETIME seconds] [FREQ frequency]",
     key_flags="OW update",
@@ -529,7 +540,8 @@ def persist(c: Client, argv: list[Any]) -> None:
     READONLY,
     (0, 0, 0),
     group=G,
-    complexity="O(N)",
+    complexity="O(N) with N being the number of keys in the database, under the assumption that the key names in the "
+    "database and the given pattern have limited length.",
     summary="Returns all key names that match a pattern.",
     usage="pattern",
     tips="request_policy:all_shards nondeterministic_output_order",
@@ -565,7 +577,8 @@ def _parse_cursor(raw: bytes | bytearray) -> int:
     (0, 0, 0),
     group=G,
     since="2.8.0",
-    complexity="O(1) per call",
+    complexity="O(1) for every call. O(N) for a complete iteration, including enough command calls for the cursor to "
+    "return back to 0. N is the number of elements inside the collection.",
     summary="Iterates over the key names in the database.",
     usage="cursor [MATCH pattern] [COUNT count] [TYPE type]",
     tips="nondeterministic_output request_policy:special",
@@ -644,7 +657,7 @@ def _flush(c: Client, argv: list[Any]) -> None:
     WRITE,
     (0, 0, 0),
     group="server",
-    complexity="O(N)",
+    complexity="O(N) where N is the total number of keys in all databases",
     summary="Removes all keys from all databases, in RAM and on disk.",
     usage="[ASYNC | SYNC]",
     tips="request_policy:all_shards response_policy:all_succeeded",
@@ -659,7 +672,7 @@ def flushall(c: Client, argv: list[Any]) -> None:
     WRITE,
     (0, 0, 0),
     group="server",
-    complexity="O(N)",
+    complexity="O(N) where N is the number of keys in the selected database",
     summary="Remove all keys from the current database, in RAM and on disk.",
     usage="[ASYNC | SYNC]",
     tips="request_policy:all_shards response_policy:all_succeeded",

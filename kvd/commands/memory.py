@@ -35,6 +35,7 @@ G = "server"
     since="4.0.0",
     summary="A container for memory diagnostics commands.",
     usage="subcommand [argument ...]",
+    complexity="Depends on subcommand.",
 )
 def memory_(c: Client, argv: list[Any]) -> Any:
     return run_subcommand(c, argv, "memory")
@@ -51,6 +52,7 @@ def memory_(c: Client, argv: list[Any]) -> Any:
     summary="Estimates the memory usage of a key.",
     usage="key [SAMPLES count]",
     key_flags="RO",
+    complexity="O(N) where N is the number of samples.",
 )
 def memory_usage(c: Client, argv: list[Any]) -> None:
     i = 3
@@ -154,6 +156,7 @@ def memory_doctor(c: Client, argv: list[Any]) -> None:
     parent="memory",
     summary="Empties the buffer pool and asks the allocator to release free memory.",
     tips="request_policy:all_shards response_policy:all_succeeded",
+    complexity="Depends on how much memory is allocated, could be slow",
 )
 def memory_purge(c: Client, argv: list[Any]) -> None:
     c.keyspace.pool.clear()
@@ -170,6 +173,7 @@ def memory_purge(c: Client, argv: list[Any]) -> None:
     parent="memory",
     summary="Returns the allocator's statistics.",
     tips="nondeterministic_output request_policy:all_shards response_policy:special",
+    complexity="Depends on how much memory is allocated, could be slow",
 )
 def memory_malloc_stats(c: Client, argv: list[Any]) -> None:
     stats = memory.allocator_stats()

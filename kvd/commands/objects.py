@@ -59,6 +59,7 @@ def _integer(value: bytes) -> int | None:
     since="2.2.3",
     summary="A container for object introspection commands.",
     usage="subcommand [argument [argument ...]]",
+    complexity="Depends on subcommand.",
 )
 def object_(c: Client, argv: list[Any]) -> Any:
     return run_subcommand(c, argv, "object")

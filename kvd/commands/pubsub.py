@@ -47,7 +47,7 @@ def subscribe(c: Client, argv: list[Any]) -> None:
     since="2.0.0",
     usage="pattern [pattern ...]",
     summary="Listens for messages published to channels that match one or more patterns.",
-    complexity="O(N) where N is the number of patterns to subscribe to.",
+    complexity="O(N) where N is the number of patterns the client is already subscribed to.",
 )
 def psubscribe(c: Client, argv: list[Any]) -> None:
     c.server.pubsub.subscribe(c, PATTERN, _names(argv))
@@ -77,7 +77,7 @@ def ssubscribe(c: Client, argv: list[Any]) -> None:
     since="2.0.0",
     usage="[channel [channel ...]]",
     summary="Stops listening to messages posted to channels.",
-    complexity="O(N) where N is the number of channels to unsubscribe.",
+    complexity="O(N) where N is the number of clients already subscribed to a channel.",
 )
 def unsubscribe(c: Client, argv: list[Any]) -> None:
     c.server.pubsub.unsubscribe(c, CHANNEL, _names(argv) or None)
@@ -91,7 +91,8 @@ def unsubscribe(c: Client, argv: list[Any]) -> None:
     since="2.0.0",
     usage="[pattern [pattern ...]]",
     summary="Stops listening to messages published to channels that match one or more patterns.",
-    complexity="O(N) where N is the number of patterns to unsubscribe.",
+    complexity="O(N+M) where N is the number of patterns the client is already subscribed and M is the number of "
+    "total patterns subscribed in the system (by any client).",
 )
 def punsubscribe(c: Client, argv: list[Any]) -> None:
     c.server.pubsub.unsubscribe(c, PATTERN, _names(argv) or None)
@@ -106,7 +107,7 @@ def punsubscribe(c: Client, argv: list[Any]) -> None:
     since="7.0.0",
     usage="[shardchannel [shardchannel ...]]",
     summary="Stops listening to messages posted to shard channels.",
-    complexity="O(N) where N is the number of shard channels to unsubscribe.",
+    complexity="O(N) where N is the number of clients already subscribed to a shard channel.",
     key_flags="not_key",
 )
 def sunsubscribe(c: Client, argv: list[Any]) -> None:
@@ -155,6 +156,7 @@ def spublish(c: Client, argv: list[Any]) -> None:
     since="2.8.0",
     summary="A container for Pub/Sub commands.",
     usage="subcommand [argument ...]",
+    complexity="Depends on subcommand.",
 )
 def pubsub(c: Client, argv: list[Any]) -> Any:
     return run_subcommand(c, argv, "pubsub")

@@ -7,8 +7,10 @@ through ``client.reply`` and returns None, or returns an awaitable when it must 
 connection then suspends that client's pipeline until the awaitable is done, which keeps replies in order.
 
 Arity follows Redis: positive = exact argument count including the name, negative = at least that many.
-``usage`` is the argument syntax shown by HELP and turned into COMMAND DOCS ``arguments`` for redis-cli's
-hints; see ``_parse_usage``.
+``usage`` is the argument syntax shown by HELP. COMMAND DOCS' ``arguments`` (redis-cli's hints, GUI tools) are
+Redis 7.0.15's own trees from ``docs.py`` for every command Redis has; kvd's own commands' are derived from
+``usage`` by ``_parse_usage``. COMMAND DOCS gives Redis's since, group, complexity, doc flags and deprecation
+from each ``@command`` declaration, kvd's own summary, and no ``history``.
 
 Keys are described twice, as Redis 7 describes them: the legacy (first, last, step) triple that COMMAND INFO
 still prints and client-side tracking uses, and the key specifications (``KeySpec``: where each group of keys
@@ -22,9 +24,11 @@ COMMAND INFO is Redis's byte for byte; tests/compat/test_command.py compares eve
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from . import docs
 
 if TYPE_CHECKING:
     from kvd.connection import Client
@@ -110,9 +114,21 @@ class Command:
     # Where the keys are when the specs cannot say (Redis's getkeys_proc): argv -> positions and flags.
     get_keys: Callable[[list[Any]], KeysAndFlags] | None = None
     tips: tuple[str, ...] = ()  # COMMAND INFO's hints to proxies and clients (request_policy:..., ...)
+    parent: str = ""  # the container's name for a subcommand (CLIENT for CLIENT KILL), else ""
+    # COMMAND DOCS' ``doc_flags`` (deprecated, syscmd) and, for a deprecated command, since when and what instead
+    doc_flags: tuple[str, ...] = ()
+    deprecated_since: str = ""
+    replaced_by: str = ""
 
-    def arguments(self) -> list[dict[str, Any]]:
-        return _parse_usage(self.usage)
+    @property
+    def full_name(self) -> str:
+        """``get``, or ``client|kill`` for a subcommand: how COMMAND LIST, INFO and DOCS name it."""
+        return f"{self.parent}|{self.name}" if self.parent else self.name
+
+    def arguments(self) -> Sequence[dict[str, Any]]:
+        """COMMAND DOCS' argument tree: Redis's (``docs.py``), or for a kvd-only command its ``usage``'s."""
+        found = docs.arguments(self.full_name)
+        return found if found is not None else _parse_usage(self.usage)
 
 
 COMMANDS: dict[bytes, Command] = {}
@@ -137,8 +153,13 @@ def command(
     key_specs: tuple[KeySpec, ...] = (),
     get_keys: Callable[[list[Any]], KeysAndFlags] | None = None,
     tips: str = "",
+    doc_flags: str = "",
+    deprecated_since: str = "",
+    replaced_by: str = "",
 ) -> Callable[[Handler], Handler]:
     """Register a handler. ``parent`` makes it a subcommand (e.g. CLIENT SETNAME) for COMMAND DOCS/INFO.
+    ``since``, ``complexity`` (``""``: Redis gives none), ``doc_flags`` (``deprecated``, ``syscmd``),
+    ``deprecated_since`` and ``replaced_by`` are Redis's documentation of the command, for COMMAND DOCS.
 
     ``key_flags`` describes the one group of keys that ``keys`` locates (``"RW access update"``); a command
     with several groups gives ``key_specs`` instead."""
@@ -170,6 +191,10 @@ def command(
             key_specs=key_specs,
             get_keys=get_keys,
             tips=tuple(tips.split()),
+            parent=parent or "",
+            doc_flags=tuple(doc_flags.split()),
+            deprecated_since=deprecated_since,
+            replaced_by=replaced_by,
         )
         if parent is None:
             COMMANDS[cmd.name.encode()] = cmd
@@ -332,41 +357,47 @@ def subcommand_help(c: Client, container: str) -> None:
 # -- COMMAND DOCS argument trees ----------------------------------------------------------------------------
 
 _TOKEN = re.compile(r"\[|\]|\||\.\.\.|[^\s\[\]|]+")
+_ARG_FLAG_ORDER = ("optional", "multiple", "multiple_token")  # as Redis lists an argument's flags
 
 
 def _parse_usage(usage: str) -> list[dict[str, Any]]:
-    """Turn ``key value [NX | XX] [EX seconds | PX milliseconds]`` into Redis's COMMAND DOCS argument list.
+    """Turn a kvd-only command's ``usage`` (``key value [NX | XX] [EX seconds | PX milliseconds]``) into a
+    COMMAND DOCS argument list shaped as Redis shapes its own.
 
-    Grammar: ``[ ... ]`` optional group, ``a | b`` one-of, ``...`` repeats the previous item, an UPPERCASE word
-    is a literal token, and a lowercase word is a typed argument (``key`` -> key, ``*seconds*``/``count`` ->
-    integer, else string). An UPPERCASE word directly followed by a lowercase word is a token with a value.
+    Grammar: ``[ ... ]`` optional, ``a | b`` one of (at any level, the top included), ``...`` repeats the previous
+    item, an UPPERCASE word is a literal token, a lowercase word a typed argument (``key`` -> key, a count, time
+    or number -> integer, else string), and an UPPERCASE word directly followed by a lowercase one a token with a
+    value. Redis's ``key [key ...]`` and ``counter increment [counter increment ...]`` are one repeated argument
+    (a block for several). A one-of or block is named after its parts (``on_off``, ``counter_increment``), as
+    Redis names most of its own. Trees are built on each call (COMMAND DOCS is rare), so callers may keep them.
     """
     tokens = _TOKEN.findall(usage)
     pos = 0
 
-    def parse_seq(stop: set[str]) -> list[dict[str, Any]]:
+    def alternatives(stop: set[str]) -> list[list[dict[str, Any]]]:
+        nonlocal pos
+        found = [sequence(stop | {"|"})]
+        while pos < len(tokens) and tokens[pos] == "|":
+            pos += 1
+            found.append(sequence(stop | {"|"}))
+        return found
+
+    def sequence(stop: set[str]) -> list[dict[str, Any]]:
         nonlocal pos
         items: list[dict[str, Any]] = []
         while pos < len(tokens) and tokens[pos] not in stop:
             tok = tokens[pos]
             pos += 1
             if tok == "[":
-                alternatives = [parse_seq({"|", "]"})]
-                while pos < len(tokens) and tokens[pos] == "|":
-                    pos += 1
-                    alternatives.append(parse_seq({"|", "]"}))
+                inner = alternatives({"]"})
                 pos += 1  # ']'
-                items.append(_group(alternatives, optional=True))
+                if not _repeats(items, inner):
+                    items.append(_flagged(_group(inner), "optional"))
             elif tok == "...":
                 if items:
-                    items[-1].setdefault("flags", []).append("multiple")
+                    items[-1] = _flagged(items[-1], "multiple")
             elif tok.isupper():
-                if (
-                    pos < len(tokens)
-                    and tokens[pos] not in "[]|"
-                    and not tokens[pos].isupper()
-                    and tokens[pos] != "..."
-                ):
+                if pos < len(tokens) and tokens[pos] not in ("[", "]", "|", "...") and not tokens[pos].isupper():
                     value = tokens[pos]
                     pos += 1
                     items.append({"name": value, "type": _arg_type(value), "token": tok})
@@ -376,32 +407,58 @@ def _parse_usage(usage: str) -> list[dict[str, Any]]:
                 items.append({"name": tok, "type": _arg_type(tok)})
         return items
 
-    def _group(alternatives: list[list[dict[str, Any]]], optional: bool) -> dict[str, Any]:
-        if len(alternatives) == 1:
-            seq = alternatives[0]
-            arg = seq[0] if len(seq) == 1 else {"name": "block", "type": "block", "arguments": seq}
-        else:
-            options = [
-                seq[0] if len(seq) == 1 else {"name": "block", "type": "block", "arguments": seq}
-                for seq in alternatives
-            ]
-            arg = {"name": "condition", "type": "oneof", "arguments": options}
-        arg = dict(arg)
-        if optional:
-            arg["flags"] = [*arg.get("flags", []), "optional"]
-        return arg
+    found = alternatives(set())
+    return [] if found == [[]] else found[0] if len(found) == 1 else [_group(found)]
 
-    while pos < len(tokens):
-        result = parse_seq(set())
-        return result
-    return []
+
+def _repeats(items: list[dict[str, Any]], inner: list[list[dict[str, Any]]]) -> bool:
+    """``a b [a b ...]``: make the ``a b`` already in ``items`` one repeated argument (a block for several) and
+    say so; anything else is an ordinary optional group."""
+    if len(inner) != 1 or not inner[0] or "multiple" not in inner[0][-1].get("flags", ()):
+        return False
+    names = [arg["name"] for arg in inner[0]]
+    if len(items) < len(names) or [arg["name"] for arg in items[-len(names) :]] != names:
+        return False
+    repeated = items[-len(names) :]
+    del items[-len(names) :]
+    items.append(_flagged(_group([repeated]), "multiple"))
+    return True
+
+
+def _group(alternatives: list[list[dict[str, Any]]]) -> dict[str, Any]:
+    """One argument for a bracketed group: itself when alone, else a block (parts in a row) or a one-of."""
+    options = [
+        seq[0] if len(seq) == 1 else {"name": "_".join(a["name"] for a in seq), "type": "block", "arguments": seq}
+        for seq in alternatives
+        if seq
+    ]
+    if len(options) == 1:
+        return options[0]
+    return {"name": "_".join(a["name"] for a in options), "type": "oneof", "arguments": options}
+
+
+def _flagged(arg: dict[str, Any], flag: str) -> dict[str, Any]:
+    """``arg`` with ``flag`` added, its flags in Redis's order and before its nested ``arguments``."""
+    flags = {*arg.get("flags", ()), flag}
+    fields = {key: value for key, value in arg.items() if key not in ("flags", "arguments")}
+    fields["flags"] = [name for name in _ARG_FLAG_ORDER if name in flags]
+    if "arguments" in arg:
+        fields["arguments"] = arg["arguments"]
+    return fields
+
+
+# Words of an argument's name that make it an integer (``client-id``, ``timeout``, ``start-slot``).
+_INTEGER_WORDS = frozenset(
+    ("seconds", "milliseconds", "count", "cursor", "start", "end", "index", "time", "timeout", "id", "offset",
+     "length", "increment", "port", "slot", "db")
+)  # fmt: skip
 
 
 def _arg_type(name: str) -> str:
+    """A kvd-only argument's type, guessed from its name."""
     if name in ("key", "destination", "source", "destkey", "sourcekey"):
         return "key"
-    if any(
-        word in name for word in ("seconds", "milliseconds", "count", "cursor", "start", "end", "index", "time", "id")
-    ):
+    words = re.split(r"[-_]", name)
+    if any(word in _INTEGER_WORDS or word.startswith("num") for word in words):
         return "integer"
     return "string"

@@ -204,6 +204,9 @@ def replicaof(c: Client, argv: list[Any]) -> None:
     since="1.0.0",
     summary="REPLICAOF's old name.",
     usage="host port",
+    doc_flags="deprecated",
+    deprecated_since="5.0.0",
+    replaced_by="`REPLICAOF`",
 )
 def slaveof(c: Client, argv: list[Any]) -> None:
     replicaof(c, argv)

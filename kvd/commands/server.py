@@ -11,12 +11,12 @@ import contextlib
 import logging
 import os
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from kvd.config import ConfigError, Settings, redis_items, rewrite_toml, settings_items
 from kvd.protocol import errors
 from kvd.protocol.errors import CommandError
-from kvd.protocol.reply import Pairs, Status
 from kvd.store.glob import glob_match
 
 from .args import lower, text
@@ -84,6 +84,8 @@ def time_(c: Client, argv: list[Any]) -> None:
     group=G,
     summary="Synchronously flushes the log and shuts down the server.",
     usage="[NOSAVE | SAVE] [NOW] [FORCE] [ABORT]",
+    complexity="O(N) when saving, where N is the total number of keys in all databases when saving data, otherwise "
+    "O(1)",
 )
 def shutdown(c: Client, argv: list[Any]) -> None:
     for raw in argv[1:]:
@@ -99,6 +101,7 @@ def shutdown(c: Client, argv: list[Any]) -> None:
     f"{ADMIN} {NOSCRIPT} {LOADING} {STALE}",
     group=G,
     summary="Listens for all requests received by the server in real-time (kvd/monitor.py: long values cut).",
+    complexity="",
 )
 def monitor_(c: Client, argv: list[Any]) -> None:
     if c.executing_transaction:
@@ -122,6 +125,7 @@ _SAVE_FAILED = "ERR the log could not be fsynced: see kvd's log; writes get -MIS
     f"{ADMIN} {NOSCRIPT} {NO_ASYNC_LOADING} {NO_MULTI}",
     group=G,
     summary="Makes everything written so far durable: the log is fsynced (kvd blocks only the caller).",
+    complexity="O(N) where N is the total number of keys in all databases",
 )
 def save(c: Client, argv: list[Any]) -> Any:
     saves = c.server.saves
@@ -206,6 +210,7 @@ def config_pairs(c: Client) -> list[tuple[str, str]]:
     since="2.0.0",
     summary="A container for server configuration commands.",
     usage="subcommand [argument ...]",
+    complexity="Depends on subcommand.",
 )
 def config(c: Client, argv: list[Any]) -> Any:
     return run_subcommand(c, argv, "config")
@@ -220,6 +225,7 @@ def config(c: Client, argv: list[Any]) -> Any:
     parent="config",
     summary="Returns the effective values of configuration parameters.",
     usage="parameter [parameter ...]",
+    complexity="O(N) when N is the number of configuration parameters provided",
 )
 def config_get(c: Client, argv: list[Any]) -> None:
     patterns = [bytes(a) for a in argv[2:]]
@@ -240,6 +246,7 @@ def config_get(c: Client, argv: list[Any]) -> None:
     summary="Sets configuration parameters in-flight.",
     usage="parameter value [parameter value ...]",
     tips="request_policy:all_nodes response_policy:all_succeeded",
+    complexity="O(N) when N is the number of configuration parameters provided",
 )
 def config_set(c: Client, argv: list[Any]) -> None:
     if len(argv) % 2 != 0:  # a parameter without its value
@@ -360,7 +367,7 @@ def config_help(c: Client, argv: list[Any]) -> None:
     f"{LOADING} {STALE}",
     group=G,
     since="2.8.13",
-    complexity="O(N)",
+    complexity="O(N) where N is the total number of Redis commands",
     summary="Returns detailed information about all commands.",
     usage="[subcommand [argument ...]]",
     tips="nondeterministic_output_order",
@@ -491,6 +498,7 @@ def command_count(c: Client, argv: list[Any]) -> None:
     summary="Returns a list of command names.",
     usage="[FILTERBY MODULE module-name | ACLCAT category | PATTERN pattern]",
     tips="nondeterministic_output_order",
+    complexity="O(N) where N is the total number of Redis commands",
 )
 def command_list(c: Client, argv: list[Any]) -> None:
     """Every command and, as Redis 7 lists them, every subcommand by its full name (``client|list``); a filter
@@ -526,6 +534,7 @@ def command_list(c: Client, argv: list[Any]) -> None:
     summary="Returns information about one, multiple or all commands.",
     usage="[command-name [command-name ...]]",
     tips="nondeterministic_output_order",
+    complexity="O(N) where N is the number of commands to look up",
 )
 def command_info(c: Client, argv: list[Any]) -> None:
     if len(argv) == 2:
@@ -550,6 +559,7 @@ def command_info(c: Client, argv: list[Any]) -> None:
     summary="Returns documentary information about one, multiple or all commands.",
     usage="[command-name [command-name ...]]",
     tips="nondeterministic_output_order",
+    complexity="O(N) where N is the number of commands to look up",
 )
 def command_docs(c: Client, argv: list[Any]) -> None:
     if len(argv) == 2:
@@ -563,44 +573,63 @@ def command_docs(c: Client, argv: list[Any]) -> None:
     c.reply.map(len(cmds))
     for cmd, parent in cmds:
         c.reply.text(_full_name(cmd, parent))
-        c.reply.value(Pairs(_doc_pairs(cmd, parent)))
+        _command_docs(c, cmd)
 
 
-def _doc_pairs(cmd: Command, parent: Command | None = None) -> list[tuple[str, object]]:
-    pairs: list[tuple[str, object]] = [
-        ("summary", cmd.summary),
-        ("since", cmd.since),
-        ("group", cmd.group),
-    ]
-    if cmd.complexity:  # Redis leaves it out where its JSON has none (LOLWUT)
-        pairs.append(("complexity", cmd.complexity))
+def _command_docs(c: Client, cmd: Command) -> None:
+    """One command's documentation in Redis's order (addReplyCommandDocs): flags as sets of simple strings, no
+    ``history``."""
+    r = c.reply
+    fields: list[tuple[str, str]] = [("summary", cmd.summary), ("since", cmd.since), ("group", cmd.group)]
+    if cmd.complexity:  # Redis leaves it out where its table has none (LOLWUT, MONITOR)
+        fields.append(("complexity", cmd.complexity))
     arguments = cmd.arguments()
+    r.map(
+        len(fields)
+        + bool(cmd.doc_flags)
+        + bool(cmd.deprecated_since)
+        + bool(cmd.replaced_by)
+        + bool(arguments)
+        + bool(cmd.subcommands)
+    )
+    for name, value in fields:
+        r.text(name)
+        r.text(value)
+    if cmd.doc_flags:
+        r.text("doc_flags")
+        _flag_set(c, cmd.doc_flags)
+    for name, value in (("deprecated_since", cmd.deprecated_since), ("replaced_by", cmd.replaced_by)):
+        if value:
+            r.text(name)
+            r.text(value)
     if arguments:
-        pairs.append(("arguments", [_arg_pairs(a) for a in arguments]))
+        r.text("arguments")
+        _argument_list(c, arguments)
     if cmd.subcommands:
-        pairs.append(
-            (
-                "subcommands",
-                Pairs(
-                    [
-                        (f"{cmd.name}|{s.name}", Pairs(_doc_pairs(s, cmd)))
-                        for s in sorted(cmd.subcommands.values(), key=lambda s: s.name)
-                    ]
-                ),
-            )
-        )
-    return pairs
+        r.text("subcommands")
+        r.map(len(cmd.subcommands))
+        for sub in sorted(cmd.subcommands.values(), key=lambda s: s.name):
+            r.text(sub.full_name)
+            _command_docs(c, sub)
 
 
-def _arg_pairs(arg: dict[str, Any]) -> Pairs:
-    pairs: list[tuple[str, object]] = [("name", arg["name"]), ("type", arg["type"])]
-    if "token" in arg:
-        pairs.append(("token", arg["token"]))
-    if arg.get("flags"):
-        pairs.append(("flags", [Status(f) for f in arg["flags"]]))
-    if "arguments" in arg:
-        pairs.append(("arguments", [_arg_pairs(a) for a in arg["arguments"]]))
-    return Pairs(pairs)
+def _argument_list(c: Client, arguments: Sequence[dict[str, Any]]) -> None:
+    """An argument tree as Redis's addReplyCommandArgList writes it: each argument's fields in the order its
+    dict has them (Redis's), ``flags`` as a set, ``arguments`` nested."""
+    r = c.reply
+    r.array(len(arguments))
+    for arg in arguments:
+        r.map(len(arg))
+        for name, value in arg.items():
+            r.text(name)
+            if name == "flags":
+                _flag_set(c, value)
+            elif name == "arguments":
+                _argument_list(c, value)
+            elif isinstance(value, int):
+                r.integer(value)
+            else:
+                r.text(value)
 
 
 @command(
@@ -612,6 +641,7 @@ def _arg_pairs(arg: dict[str, Any]) -> Pairs:
     parent="command",
     summary="Extracts the key names from an arbitrary command.",
     usage="command [arg [arg ...]]",
+    complexity="O(N) where N is the number of arguments to the command",
 )
 def command_getkeys(c: Client, argv: list[Any]) -> None:
     _getkeys(c, argv, with_flags=False)
@@ -626,6 +656,7 @@ def command_getkeys(c: Client, argv: list[Any]) -> None:
     parent="command",
     summary="Extracts the key names and access flags for an arbitrary command.",
     usage="command [arg [arg ...]]",
+    complexity="O(N) where N is the number of arguments to the command",
 )
 def command_getkeysandflags(c: Client, argv: list[Any]) -> None:
     _getkeys(c, argv, with_flags=True)

@@ -218,6 +218,9 @@ def psetex(c: Client, argv: list[Any]) -> None:
     summary="Returns the previous string value of a key after setting it to a new value.",
     usage="key value",
     key_flags="RW access update",
+    doc_flags="deprecated",
+    deprecated_since="6.2.0",
+    replaced_by="`SET` with the `!GET` argument",
 )
 def getset(c: Client, argv: list[Any]) -> Any:
     key = bytes(argv[1])
@@ -299,6 +302,7 @@ def getex(c: Client, argv: list[Any]) -> Any:
     usage="key [key ...]",
     tips="request_policy:multi_shard",
     key_flags="RO access",
+    complexity="O(N) where N is the number of keys to retrieve.",
 )
 def mget(c: Client, argv: list[Any]) -> Any:
     values = [c.keyspace.get(bytes(k)) for k in argv[1:]]
@@ -329,6 +333,7 @@ def mget(c: Client, argv: list[Any]) -> Any:
     usage="key value [key value ...]",
     tips="request_policy:multi_shard response_policy:all_succeeded",
     key_flags="OW update",
+    complexity="O(N) where N is the number of keys to set.",
 )
 def mset(c: Client, argv: list[Any]) -> None:
     if len(argv) % 2 == 0:
@@ -359,6 +364,7 @@ def set_all(c: Client, pairs: list[tuple[bytes, Any]]) -> None:
     usage="key value [key value ...]",
     tips="request_policy:multi_shard response_policy:agg_min",
     key_flags="OW insert",
+    complexity="O(N) where N is the number of keys to set.",
 )
 def msetnx(c: Client, argv: list[Any]) -> None:
     if len(argv) % 2 == 0:
@@ -396,7 +402,9 @@ def strlen(c: Client, argv: list[Any]) -> None:
     (1, 1, 1),
     group=G,
     since="2.4.0",
-    complexity="O(N)",
+    complexity="O(N) where N is the length of the returned string. The complexity is ultimately determined by the "
+    "returned length, but because creating a substring from an existing string is very cheap, it can be "
+    "considered O(1) for small strings.",
     summary="Returns a substring of the string stored at a key.",
     usage="key start end",
     key_flags="RO access",
@@ -433,10 +441,15 @@ def getrange(c: Client, argv: list[Any]) -> Any:
     (1, 1, 1),
     group=G,
     since="1.0.0",
-    complexity="O(N)",
+    complexity="O(N) where N is the length of the returned string. The complexity is ultimately determined by the "
+    "returned length, but because creating a substring from an existing string is very cheap, it can be "
+    "considered O(1) for small strings.",
     summary="Returns a substring from a string value (GETRANGE's name before Redis 2.0).",
     usage="key start end",
     key_flags="RO access",
+    doc_flags="deprecated",
+    deprecated_since="2.0.0",
+    replaced_by="`GETRANGE`",
 )
 def substr(c: Client, argv: list[Any]) -> Any:
     return getrange(c, argv)
@@ -452,6 +465,9 @@ def substr(c: Client, argv: list[Any]) -> Any:
     summary="Appends a string to the value of a key. Creates the key if it doesn't exist.",
     usage="key value",
     key_flags="RW insert",
+    complexity="O(1). The amortized time complexity is O(1) assuming the appended value is small and the already "
+    "present value is of any size, since the dynamic string library used by Redis will double the free "
+    "space available on every reallocation.",
 )
 def append(c: Client, argv: list[Any]) -> Any:
     key = bytes(argv[1])
@@ -487,6 +503,9 @@ def _check_length(c: Client, total: int) -> None:
     summary="Overwrites a part of a string value with another by an offset. Creates the key if it doesn't exist.",
     usage="key offset value",
     key_flags="RW update",
+    complexity="O(1), not counting the time taken to copy the new string in place. Usually, this string is very "
+    "small so the amortized complexity is O(1). Otherwise, complexity is O(M) with M being the length of "
+    "the value argument.",
 )
 def setrange(c: Client, argv: list[Any]) -> Any:
     key = bytes(argv[1])

@@ -64,6 +64,7 @@ STREAM_LOW = 2 << 20
     since="3.0.0",
     summary="An internal command for configuring the replication stream.",
     usage="option value [option value ...]",
+    doc_flags="syscmd",
 )
 def replconf(c: Client, argv: list[Any]) -> None:
     if len(argv) % 2 == 0:
@@ -113,7 +114,7 @@ def replconf(c: Client, argv: list[Any]) -> None:
     group="server",
     since="1.0.0",
     summary="Internal command used for replication: a snapshot of the keyspace as an RDB file, then the stream.",
-    complexity="O(N) in the keys and bytes stored",
+    complexity="",
     waits=True,
 )
 def sync(c: Client, argv: list[Any]) -> Any:
@@ -128,7 +129,7 @@ def sync(c: Client, argv: list[Any]) -> Any:
     since="2.8.0",
     summary="Internal command used for replication: continues from the backlog, or a full resynchronisation.",
     usage="replicationid offset",
-    complexity="O(N) in the keys and bytes stored",
+    complexity="",
     waits=True,
 )
 def psync(c: Client, argv: list[Any]) -> Any:

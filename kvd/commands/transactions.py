@@ -45,7 +45,7 @@ def multi(c: Client, argv: list[Any]) -> None:
     f"{NOSCRIPT} {LOADING} {STALE} {SKIP_SLOWLOG}",
     group=G,
     since="1.2.0",
-    complexity="depends on the queued commands",
+    complexity="Depends on commands in the transaction",
     summary="Executes all commands in a transaction.",
 )
 def exec_(c: Client, argv: list[Any]) -> Any:
@@ -62,6 +62,7 @@ def exec_(c: Client, argv: list[Any]) -> Any:
     group=G,
     since="2.0.0",
     summary="Discards a transaction.",
+    complexity="O(N), when N is the number of queued commands",
 )
 def discard(c: Client, argv: list[Any]) -> None:
     if not c.in_multi:
@@ -77,7 +78,7 @@ def discard(c: Client, argv: list[Any]) -> None:
     (1, -1, 1),
     group=G,
     since="2.2.0",
-    complexity="O(1) for every key",
+    complexity="O(1) for every key.",
     summary="Monitors changes to keys to determine the execution of a transaction.",
     usage="key [key ...]",
     key_flags="RO",

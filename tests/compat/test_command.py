@@ -1,7 +1,9 @@
-"""COMMAND LIST, COUNT and INFO: the command table as Redis 7 lists it, subcommands by their full names
+"""COMMAND LIST, COUNT, INFO and DOCS: the command table as Redis 7 lists it, subcommands by their full names
 (``client|list``), so that tools that walk it (ACL editors, proxies, redis-cli's hints) see what they see on Redis."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 from support.raw import parse
@@ -77,6 +79,96 @@ def test_info_is_redis_s_byte_for_byte(server, redis_server, protocol):
         # kvd's own: the connector's prefix look-up names keys as EXISTS does
         found = parse(kvd.command("COMMAND", "GETKEYSANDFLAGS", "kvd.prefixlen", "a", "b"))
         assert [(key, list(flags)) for key, flags in found] == [(b"a", ["RO"]), (b"b", ["RO"])]
+
+
+def _reply_tree(data: bytes) -> Any:
+    """One reply as nested ``(type byte, value)`` pairs, in the order it was written: what ``parse`` makes of it
+    plus the RESP type of each part (bulk or simple, set or array), with a map's keys and values in one list."""
+
+    def read(pos: int) -> tuple[Any, int]:
+        nl = data.index(b"\r\n", pos)
+        kind, head, pos = data[pos : pos + 1], data[pos + 1 : nl], nl + 2
+        if kind in (b"$", b"=", b"!"):
+            n = int(head)
+            return (kind, None if n < 0 else data[pos : pos + n]), pos + max(n, 0) + 2 * (n >= 0)
+        if kind in (b"*", b"~", b">", b"%"):
+            items = []
+            for _ in range(int(head) * (2 if kind == b"%" else 1)):
+                item, pos = read(pos)
+                items.append(item)
+            return (kind, items), pos
+        return (kind, head), pos
+
+    tree, end = read(0)
+    assert end == len(data)
+    return tree
+
+
+def _docs_entry(entry: Any) -> list[tuple[Any, Any]]:
+    """A command's COMMAND DOCS entry without its summary and history (kvd words its own summaries and has no
+    history), its subcommands by name in any order (Redis's come in hash-table order) but kvd's extras."""
+    kind, items = entry
+    found = []
+    for key, value in zip(items[0::2], items[1::2], strict=True):
+        if key[1] in (b"summary", b"history"):
+            continue
+        if key[1] == b"subcommands":
+            subs = value[1]
+            value = sorted(
+                (name, _docs_entry(sub)) for name, sub in zip(subs[0::2], subs[1::2], strict=True)
+                if name[1] not in KVD_EXTRAS
+            )  # fmt: skip
+        found.append((key, value))
+    return [(kind, b""), *found]
+
+
+@pytest.mark.kvd_only  # compares kvd's table with redis-server's
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_docs_are_redis_s_but_the_summary(server, redis_server, protocol):
+    """Every command and subcommand both servers have: COMMAND DOCS' since, group, complexity, doc flags,
+    deprecation and the whole argument tree (names, types, tokens, key spec indexes, since, flags and their
+    order, RESP types) are Redis's, in RESP2 and RESP3. The summary is kvd's wording; kvd gives no history."""
+    with server.raw() as kvd, redis_server.raw() as redis:
+        for c in (kvd, redis):
+            assert c.command("HELLO", protocol).startswith(b"%" if protocol == 3 else b"*")
+        names = sorted(set(parse(kvd.command("COMMAND", "LIST"))) - KVD_EXTRAS)
+        differ = []
+        for name in names:
+            mine, theirs = (_reply_tree(c.command("COMMAND", "DOCS", name)) for c in (kvd, redis))
+            assert mine[1][0] == theirs[1][0] == (b"$", name), name
+            if _docs_entry(mine[1][1]) != _docs_entry(theirs[1][1]):
+                differ.append(name)
+        assert differ == []
+        assert len(names) > 200
+
+
+@pytest.mark.kvd_only  # kvd's own commands
+def test_docs_of_kvd_s_own_commands_come_from_their_usage(server):
+    """A command Redis 7.0 lacks has a tree read from its usage line: alternatives at the top are one argument
+    (no argument named "|"), groups are named after their parts, ``key [key ...]`` is one repeated key."""
+    with server.raw() as c:
+        assert c.command("HELLO", 3).startswith(b"%")
+        docs = parse(c.command("COMMAND", "DOCS", *sorted(KVD_EXTRAS - {b"client|no-touch", b"client|setinfo"})))
+        docs.update(parse(c.command("COMMAND", "DOCS", "client"))[b"client"][b"subcommands"])
+
+        def names(arguments: list[dict[bytes, Any]]) -> list[bytes]:
+            return [n for a in arguments for n in (a[b"name"], *names(a.get(b"arguments", [])))]
+
+        assert set(docs) >= KVD_EXTRAS
+        for name in KVD_EXTRAS:
+            assert b"|" not in names(docs[name][b"arguments"]), name
+        no_touch = docs[b"client|no-touch"][b"arguments"]
+        assert no_touch == [
+            {
+                b"name": b"on_off",
+                b"type": b"oneof",
+                b"arguments": [
+                    {b"name": b"on", b"type": b"pure-token", b"token": b"ON"},
+                    {b"name": b"off", b"type": b"pure-token", b"token": b"OFF"},
+                ],
+            }
+        ]
+        assert docs[b"kvd.prefixlen"][b"arguments"] == [{b"name": b"key", b"type": b"key", b"flags": {"multiple"}}]
 
 
 # Requests whose keys both servers must find alike: positions, several key specs, keys found by the arguments
