@@ -30,7 +30,8 @@ tombstones that still cancel something older (below).
   not a candidate holds at least 1/128 of a segment of live data: at most 128 x live / segment_size of them.
 
 Tombstones. A DEL, EXPIRE or FLUSH only matters while an older segment may still hold an earlier SET of the key
-(else it can be dropped). Each segment keeps a filter of the keys it has SET records for (keyfilter.py); a
+(else it can be dropped), and an EXPIRE (PERSIST is one with no TTL) also while it follows the key's live SET in
+the same segment: copied in place, that SET still carries the TTL it was written with. Each segment keeps a filter of the keys it has SET records for (keyfilter.py); a
 tombstone whose key an older live segment may hold (any older segment, for FLUSH) is kept: in place, or carried
 forward *with its original LSN*, so it still cancels the old SET on restart but can never cancel a newer one
 (recovery applies records in LSN order). The filter's false positives only keep an unneeded tombstone.
@@ -166,12 +167,18 @@ async def _survivors(log: SegmentLog, job: Job, records: list[Record]) -> list[R
     seg = job.seg
     older = [s for s in log._segments.values() if s.id < seg.id and s.id not in log._retiring]
     keep: list[Record] = []
+    live_here: set[bytes] = set()  # keys whose live SET is a survivor above (records come in LSN order)
     for n, r in enumerate(records):
         if n % SCAN_YIELD_EVERY == SCAN_YIELD_EVERY - 1:
             await asyncio.sleep(0)
         if r.rtype == SET:
             if owner.live_expire(r.key, Location(seg.key, r.offset, r.record_len, r.value_len)) is not None:
                 keep.append(r)
+                live_here.add(r.key)
+        elif r.rtype == EXPIRE and r.key in live_here:
+            # The TTL of a SET kept above: copied in place, the SET still carries the TTL it was written with,
+            # so the EXPIRE (or PERSIST) that changed it must stay after it.
+            keep.append(r)
         elif r.rtype in (DEL, EXPIRE):
             h = hash(r.key)
             if any(h in s.set_keys for s in older):

@@ -413,3 +413,35 @@ def test_bgrewriteaof_reaches_segments_already_rewritten_in_place(server_factory
     assert info["aof_compactions"] > compactions
     assert info["aof_dead_bytes"] < 10 * KiB, info["aof_dead_bytes"]
     assert r.get("k5") == value_for("k5c", 100 * KiB) and r.get("k6") == value_for("k6", 100 * KiB)
+
+
+@pytest.mark.kvd_only  # BGREWRITEAOF compacts kvd's segments
+def test_ttl_changes_survive_a_rewrite_in_place_of_their_segment(server_factory):
+    """PERSIST, EXPIRE and a longer EXPIRE after a SET in the same segment: a rewrite in place copies the SET with
+    the TTL it was written with, so the EXPIRE records after it must stay (they were once dropped, and after a
+    restart the keys expired on their first TTL or lived without the new one)."""
+    srv = server_factory("--persistence", "yes", "--segment-size", "1mb", "--appendfsync", "always")
+    r = srv.client()
+    big = b"x" * 40_000
+    r.set("persisted", big, ex=4)
+    r.persist("persisted")
+    r.set("willexpire", big)
+    r.expire("willexpire", 3)
+    r.set("ttlchanged", big, ex=4)
+    r.expire("ttlchanged", 100_000)
+    for i in range(30):  # fill the segment past 1 MiB, so that it is sealed, then make it mostly dead
+        r.set(f"filler{i}", b"f" * 30_000)
+    r.delete(*[f"filler{i}" for i in range(30)])
+    assert r.bgrewriteaof() is True
+    deadline = time.monotonic() + 30
+    while r.info("persistence")["aof_rewrite_in_progress"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert r.info("persistence")["aof_rewritten_bytes"] > 0  # rewritten in place, not carried forward
+    srv.kill9()
+    srv.restart()
+    r = srv.client()
+    assert r.ttl("persisted") == -1 and r.get("persisted") == big
+    assert 0 < r.ttl("willexpire") <= 3
+    assert 99_000 < r.ttl("ttlchanged") <= 100_000 and r.get("ttlchanged") == big
+    time.sleep(4.5)  # past the first TTLs: only the key given one that short is gone
+    assert r.exists("persisted", "willexpire", "ttlchanged") == 2
