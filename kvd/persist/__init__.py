@@ -12,7 +12,16 @@ implements), ``RecoveryReport``, and the errors ``PersistError`` / ``CorruptReco
 * ``log.py``: ``SegmentLog``, which ties them together on the event loop.
 """
 
-from .base import CorruptRecord, Location, LogOwner, PersistError, RecoveredKeys, RecoveryReport
+from .base import Before, CorruptRecord, Location, LogOwner, PersistError, RecoveredKeys, RecoveryReport
 from .log import SegmentLog
 
-__all__ = ["CorruptRecord", "Location", "LogOwner", "PersistError", "RecoveredKeys", "RecoveryReport", "SegmentLog"]
+__all__ = [
+    "Before",
+    "CorruptRecord",
+    "Location",
+    "LogOwner",
+    "PersistError",
+    "RecoveredKeys",
+    "RecoveryReport",
+    "SegmentLog",
+]

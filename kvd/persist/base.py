@@ -33,6 +33,10 @@ class Location(NamedTuple):
 # dict of every key, built only to drop them, cost a tuple and a cache-missing insert per key at each restart.
 RecoveredKeys = dict[bytes, tuple[Location, int, int, int]]
 
+# A key's state before a write, which the log keeps until the write is on disk: the record that held the key
+# and its TTL, or (None, 0) when it had none. If the write fails, the key goes back to it (``LogOwner.undo``).
+Before = tuple[Location | None, int]
+
 
 class LogOwner(Protocol):
     """Implemented by the keyspace; every call happens on the event-loop thread."""
@@ -41,7 +45,7 @@ class LogOwner(Protocol):
     def hot_value(self, key: bytes, loc: Location) -> bytes | bytearray | memoryview | None: ...
     def relocated(self, key: bytes, old: Location, new: Location) -> None: ...
     def dropped(self, key: bytes, loc: Location) -> None: ...
-    def lost(self, key: bytes, loc: Location) -> None: ...
+    def undo(self, key: bytes, before: Before) -> bool: ...
 
 
 @dataclass

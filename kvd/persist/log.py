@@ -19,11 +19,14 @@ appended in one loop iteration are submitted to the writer together from a ``cal
 group commit, one ``pwritev`` batch (+ one fdatasync for ``always``) for all clients.
 
 Write errors. The writer truncates back to the last good offset and reports it; every record after it is lost:
-its barrier fails with ``MISCONF Errors writing to the AOF file: <strerror>``, each lost SET is reported through
-``owner.lost`` (or, for a copy made by compaction, the keyspace is pointed back at the old copy), and the log
-refuses appends (``misconf()``) until a probe (write + fdatasync of a PAD record in a fresh segment, tried
-about once a second) succeeds. Reads keep working throughout. Appends made while refusing get a location in
-the void segment 0 and are reported lost right away.
+its barrier fails with ``MISCONF Errors writing to the AOF file: <strerror>``, and the log refuses appends
+(``misconf()``) until a probe (write + fdatasync of a PAD record in a fresh segment, tried about once a second)
+succeeds. Reads keep working throughout. A failed write changes nothing: every SET, DEL and EXPIRE carries the
+key's state before it (``Before``: its record and TTL), and each key whose writes were lost goes back to the
+state before the first of them, ``owner.undo`` (for a copy made by compaction, the keyspace is pointed back at
+the old copy). That record is still on disk: compaction waits until everything appended is durable before it
+drops a record, so a record made dead by a write that then failed is never gone. Appends made while refusing
+get a location in the void segment 0 and are undone right away.
 
 FLUSHALL. ``append_flush`` rolls to a fresh segment and writes the FLUSH record first in it; every older segment
 is then entirely dead, and once the FLUSH is durable they are unlinked (FLUSH first, so a crash half way through
@@ -46,7 +49,7 @@ from typing import Any
 import xxhash
 
 from . import maintenance
-from .base import CorruptRecord, Location, LogOwner, PersistError, RecoveredKeys, RecoveryReport
+from .base import Before, CorruptRecord, Location, LogOwner, PersistError, RecoveredKeys, RecoveryReport
 from .record import DEL, EXPIRE, FILE_HDR_SIZE, FLUSH, HDR_SIZE, MAX_VALUE, SET, decode_header
 from .recovery import lock_directory, recover
 from .segment import HintBuilder, Segment, read_exact_into, seal
@@ -58,9 +61,10 @@ TICK_INTERVAL = 0.1
 Value = bytes | bytearray | memoryview
 
 # One append, from _append() until the writer reports it written: the writer's op (OP_REC, ticket, segment id,
-# offset, type, key, value, expire, lsn; writer.py) followed by what only the loop needs: record_len, loc (SETs)
-# and carried_from. One tuple serves as the batch entry and the in-flight entry.
-_Inflight = tuple[int, int, int, int, int, bytes, Value, int, int, int, Location | None, Location | None]
+# offset, type, key, value, expire, lsn; writer.py) followed by what only the loop needs: record_len, loc (SETs),
+# carried_from, and the key's state before (None for records compaction carries and for FLUSH). One tuple serves
+# as the batch entry and the in-flight entry.
+_Inflight = tuple[int, int, int, int, int, bytes, Value, int, int, int, Location | None, Location | None, Before | None]
 
 
 _new_location = tuple.__new__
@@ -237,16 +241,17 @@ class SegmentLog(SegmentLogHooks):
 
     # -- appends (loop thread) ---------------------------------------------------------------------------------
 
-    def append_set(self, key: bytes, value: Value, expire_at_ms: int) -> Location:
-        loc = self._append(SET, key, value, expire_at_ms)
+    def append_set(self, key: bytes, value: Value, expire_at_ms: int, before: Before) -> Location:
+        """Log a SET; ``before``: the key's record and TTL until now, what it returns to if this write fails."""
+        loc = self._append(SET, key, value, expire_at_ms, before=before)
         assert loc is not None
         return loc
 
-    def append_delete(self, key: bytes) -> None:
-        self._append(DEL, key, b"", 0)
+    def append_delete(self, key: bytes, before: Before) -> None:
+        self._append(DEL, key, b"", 0, before=before)
 
-    def append_expire(self, key: bytes, expire_at_ms: int) -> None:
-        self._append(EXPIRE, key, b"", expire_at_ms)
+    def append_expire(self, key: bytes, expire_at_ms: int, before: Before) -> None:
+        self._append(EXPIRE, key, b"", expire_at_ms, before=before)
 
     def append_flush(self) -> None:
         if self._refusing():
@@ -300,6 +305,7 @@ class SegmentLog(SegmentLogHooks):
         expire: int,
         lsn: int | None = None,
         carried_from: Location | None = None,
+        before: Before | None = None,
     ) -> Location | None:
         if self._loop is None:
             raise PersistError("SegmentLog.start() has not been called")
@@ -311,13 +317,15 @@ class SegmentLog(SegmentLogHooks):
         if self._misconf is not None or self._closing:  # _refusing(), inline: this runs for every write
             self._failed_upto = self._ticket
             self.lost_records += 1
+            # Undone at once (after the caller has applied it). Of several refused writes to a key, the first
+            # says where it goes back to: the others' ``before`` is a refused write's void location.
+            void = before is not None and before[0] is not None and before[0].segment == 0
+            if before is not None and not void and self._owner is not None and not self._closing:
+                self._loop.call_soon(self._undo, key, before)
             if rtype != SET:
                 return None
             self._void += 1
-            loc = Location(0, self._void, rec_len, vlen)
-            if self._owner is not None and not self._closing:
-                self._loop.call_soon(self._owner.lost, key, loc)
-            return loc
+            return Location(0, self._void, rec_len, vlen)
         if self._tail > FILE_HDR_SIZE and self._tail + rec_len > self.segment_size:
             self._roll()
         seg = self._active
@@ -333,7 +341,7 @@ class SegmentLog(SegmentLogHooks):
             loc = _new_location(Location, (seg.id, offset, rec_len, vlen))  # Location(...) without its Python frame
             seg.live += rec_len
             seg.set_keys.add(hash(key))
-        rec = (OP_REC, self._ticket, seg.id, offset, rtype, key, value, expire, lsn, rec_len, loc, carried_from)
+        rec = (OP_REC, self._ticket, seg.id, offset, rtype, key, value, expire, lsn, rec_len, loc, carried_from, before)
         self._batch.append(rec)
         self._batch_bytes += rec_len
         self._inflight.append(rec)
@@ -472,23 +480,35 @@ class SegmentLog(SegmentLogHooks):
         self._failed_upto = self._ticket
         self._batch = [op for op in self._batch if op[0] == OP_SYNC]  # unsent records can't be written either
         self._batch_bytes = 0
-        for _, _, sid, _, _, key, _, _, _, rec_len, loc, carried_from in failed:
+        undo: dict[bytes, Before] = {}  # each key's state before the first of its lost writes
+        copied: dict[Location, Location | None] = {}  # a lost copy made by compaction -> what it copied (None: gone)
+        for _, _, sid, _, _, key, _, _, _, rec_len, loc, carried_from, before in failed:
             self._pending_bytes -= rec_len
             self.lost_records += 1
+            if before is not None and key not in undo:
+                undo[key] = before
             if loc is None:
                 continue
             seg = self._segments.get(sid)
             if seg is not None and loc not in self._inflight_dead:
                 seg.live = max(0, seg.live - rec_len)
             self._inflight_dead.discard(loc)
-            old = self._segments.get(carried_from.segment) if carried_from is not None else None
-            if self._owner is None:
+            if carried_from is None:
                 continue
-            if carried_from is not None and old is not None and old.id not in self._retiring:
+            old = self._segments.get(carried_from.segment)
+            if old is not None and old.id not in self._retiring:
                 old.live += carried_from.record_len
-                self._owner.relocated(key, loc, carried_from)
+                copied[loc] = carried_from
+                if self._owner is not None:
+                    self._owner.relocated(key, loc, carried_from)
+            else:  # FLUSHALL or the disk budget retired the original: the key had no other copy
+                copied[loc] = None
+                undo.setdefault(key, (None, 0))
+        for key, before in undo.items():
+            if before[0] is not None and before[0] in copied:  # a later write replaced a lost copy: the original
+                self._undo(key, (copied[before[0]], before[1]), counted=True)
             else:
-                self._owner.lost(key, loc)
+                self._undo(key, before)
         # Segments the loop rolled to but the writer never created are forgotten; the failed one stops at good_end.
         for sid in [s for s in self._segments if s > seg_id]:
             seg = self._segments.pop(sid)
@@ -508,6 +528,17 @@ class SegmentLog(SegmentLogHooks):
             self.job.aborted = True
         self.logger.error("%s; refusing writes until the disk accepts them again", message)
         self._schedule_probe()
+
+    def _undo(self, key: bytes, before: Before, counted: bool = False) -> None:
+        """Put a key whose writes were lost back as it was (``owner.undo``). The record it goes back to was made
+        dead by the first of those writes: it is live again (``counted``: already, as a compaction's original)."""
+        if self._owner is None or not self._owner.undo(key, before) or counted:
+            return
+        loc = before[0]
+        assert loc is not None
+        seg = self._segments.get(loc.segment)
+        if seg is not None and seg.id not in self._retiring:
+            seg.live += loc.record_len
 
     def _on_fsync_error(self, text: str) -> None:
         if self._misconf is None and not self._closing:

@@ -31,10 +31,11 @@ tombstones that still cancel something older (below).
 
 Tombstones. A DEL, EXPIRE or FLUSH only matters while an older segment may still hold an earlier SET of the key
 (else it can be dropped), and an EXPIRE (PERSIST is one with no TTL) also while it follows the key's live SET in
-the same segment: copied in place, that SET still carries the TTL it was written with. Each segment keeps a filter of the keys it has SET records for (keyfilter.py); a
-tombstone whose key an older live segment may hold (any older segment, for FLUSH) is kept: in place, or carried
-forward *with its original LSN*, so it still cancels the old SET on restart but can never cancel a newer one
-(recovery applies records in LSN order). The filter's false positives only keep an unneeded tombstone.
+the same segment: copied in place, that SET still carries the TTL it was written with. Each segment keeps a
+filter of the keys it has SET records for (keyfilter.py); a tombstone whose key an older live segment may hold
+(any older segment, for FLUSH) is kept: in place, or carried forward *with its original LSN*, so it still
+cancels the old SET on restart but can never cancel a newer one (recovery applies records in LSN order). The
+filter's false positives only keep an unneeded tombstone.
 
 Disk budget (``max_disk`` > 0). When segment bytes exceed the budget, a compaction candidate goes first (dead
 bytes are free to reclaim); if there is none, the *oldest* sealed segment is retired:

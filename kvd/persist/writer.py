@@ -331,7 +331,7 @@ class Writer(threading.Thread):
                     if not staged:
                         staged = None
                 if kind == OP_REC:
-                    _, ticket, seg_id, offset, rtype, key, value, expire, lsn, _, _, _ = op  # 3 more for the loop
+                    _, ticket, seg_id, offset, rtype, key, value, expire, lsn = op[:9]  # 4 more for the loop
                     if seg_id != self.cur.id or offset != self.end + pending:
                         raise RuntimeError(f"record for {seg_id}@{offset} but tail is {self.cur.id}@{self.end}")
                     hint = self.hint

@@ -45,13 +45,14 @@ from .snapshot import Snapshot
 
 if TYPE_CHECKING:
     from kvd.notify import KeyspaceEvents
-    from kvd.persist import Location, RecoveredKeys, SegmentLog
+    from kvd.persist import Before, Location, RecoveredKeys, SegmentLog
     from kvd.replication import ReplicationFeed
     from kvd.tracking import Tracking
 
 log = logging.getLogger("kvd.keyspace")
 
 Value = bytes | bytearray | memoryview
+NO_RECORD: Before = (None, 0)  # a key's state before it was first written: no record, no TTL
 
 
 def _untouched(entry: Entry) -> None:
@@ -380,9 +381,12 @@ class Keyspace:
         if self.eviction.refuses and not moving and not room_checked and not self.following:
             self._check_room(self._charge(key, value))
         seg_log = self.log
-        loc = seg_log.append_set(key, value, expire_at) if seg_log is not None else None
-        ram = self.ram
         old = self._entries.get(key)
+        if seg_log is not None:
+            loc = seg_log.append_set(key, value, expire_at, (old.loc, old.expire_at) if old is not None else NO_RECORD)
+        else:
+            loc = None
+        ram = self.ram
         if loc is not None and not self._fits(value):
             # Bigger than the whole RAM tier: keep it on disk only rather than flushing every other value out.
             entry = Entry(key, None, expire_at, loc, 0)
@@ -522,7 +526,11 @@ class Keyspace:
         if self.feed is not None:
             self.feed.expire(key, expire_at)
         if self.log is not None:
-            self.log.append_expire(key, expire_at)
+            self.log.append_expire(key, expire_at, (entry.loc, entry.expire_at))
+        self._set_deadline(key, entry, expire_at)
+        return True
+
+    def _set_deadline(self, key: bytes, entry: Entry, expire_at: int) -> None:
         if entry.expire_at and not expire_at:
             self.expiry.live -= 1
         elif expire_at and not entry.expire_at:
@@ -530,7 +538,6 @@ class Keyspace:
         entry.expire_at = expire_at
         if expire_at:
             self.expiry.schedule(key, expire_at)
-        return True
 
     def flush(self) -> int:
         removed = len(self._entries)
@@ -637,11 +644,32 @@ class Keyspace:
         else:
             entry.loc = None
 
-    def lost(self, key: bytes, loc: Location) -> None:
-        """The record's write failed (the client got -MISCONF): forget the key unless rewritten since."""
+    def undo(self, key: bytes, before: Before) -> bool:
+        """Writes to ``key`` never reached the disk (their clients got -MISCONF): the key is again as it was
+        before them, ``before``'s record with its TTL (the value read from disk when next asked for: what RAM
+        held may have been recycled since), or gone if it had no record (a key only in RAM, after the disk budget
+        dropped its record, is gone too) or one that has expired since. True if the key was put back at that
+        record, which the first lost write had made dead. Replicas were sent the lost writes and keep them."""
+        loc, expire_at = before
         entry = self._entries.get(key)
-        if entry is not None and entry.loc == loc:
-            self._remove(key, entry, log_delete=False, mark_dead=False)
+        if loc is None or loc.segment == 0 or (expire_at and expire_at <= now_ms()):
+            if entry is not None:  # mark_dead only for the record itself (an EXPIRE lost on an expired key)
+                self._remove(key, entry, log_delete=False, mark_dead=entry.loc == loc)
+            return False
+        if self.tracking is not None:
+            self.tracking.invalidate(key)
+        if entry is not None and entry.loc == loc:  # only the TTL was changed: a lost EXPIRE or PERSIST
+            self._set_deadline(key, entry, expire_at)
+            return False
+        restored = Entry(key, None, expire_at, loc, 0)
+        if entry is not None:
+            entry.loc = None  # the lost write's record: not on disk, and off its segment's count already
+        self._swap(key, entry, restored)
+        self.ram.add_cold(restored)
+        if expire_at:
+            self.expiry.live += 1
+            self.expiry.schedule(key, expire_at)
+        return True
 
     # -- internals -------------------------------------------------------------------------------------------
 
@@ -684,7 +712,7 @@ class Keyspace:
             if mark_dead:
                 self.log.mark_dead(entry.loc)
             if log_delete:
-                self.log.append_delete(key)
+                self.log.append_delete(key, (entry.loc, entry.expire_at))
         self._recycle(entry)
 
     def _fits(self, value: Value) -> bool:

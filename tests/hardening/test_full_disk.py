@@ -122,9 +122,31 @@ def test_a_write_that_read_a_cold_value_gets_misconf_when_its_record_fails(small
         r.append("c", value_for(99, 5 * MiB))  # more than the filesystem has left
     assert r.info("kvd")["disk_hits"] > hits  # it did read "c" from disk first
     assert r.info("persistence").get("aof_last_write_status") == "err"
+    assert r.get("c") == b"old"  # the failed write changed nothing, while running either
     srv.kill9()
     srv.start()
     assert srv.client(socket_timeout=30).get("c") == b"old"  # the refused APPEND left nothing behind
+
+
+def test_an_overwrite_that_fails_leaves_the_old_value(small_fs, kvd_factory):
+    """A SET over an acknowledged value whose record the disk cannot take gets -MISCONF and changes nothing: the
+    old value (and its TTL) is served on, from disk, and is there after a restart. It once deleted the key, and
+    compaction could then reclaim the old record for good."""
+    srv = kvd_factory("--persistence", "yes", "--maxmemory", "2mb", "--segment-size", "1mb",
+                      "--appendfsync", "always", data_dir=small_fs / "data")  # fmt: skip
+    r = srv.client(socket_timeout=30)
+    old = value_for(7, 256 * KiB)
+    r.set("victim", old, ex=3600)
+    with pytest.raises(redis.ResponseError, match=r"^MISCONF"):
+        r.set("victim", value_for(8, 9 * MiB))  # more than the 8 MiB filesystem holds
+    assert r.get("victim") == old
+    assert 3500 < r.ttl("victim") <= 3600
+    time.sleep(1.5)  # maintenance ticks while refusing: nothing reclaims the old record
+    assert r.get("victim") == old
+    srv.kill9()
+    srv.start()
+    r = srv.client(socket_timeout=30)
+    assert r.get("victim") == old and 3500 < r.ttl("victim") <= 3600
 
 
 def test_debug_populate_on_a_full_disk_answers_misconf(small_fs, kvd_factory):

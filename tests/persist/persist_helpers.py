@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kvd.persist import Location, RecoveredKeys, RecoveryReport, SegmentLog
+from kvd.persist import Before, Location, RecoveredKeys, RecoveryReport, SegmentLog
 
 
 def now_ms() -> int:
@@ -23,13 +23,17 @@ class Owner:
     def __init__(self, log: SegmentLog) -> None:
         self.log = log
         self.entries: dict[bytes, list[Any]] = {}
-        self.lost_calls: list[tuple[bytes, Location]] = []
+        self.undo_calls: list[tuple[bytes, Before]] = []
         self.dropped_calls: list[tuple[bytes, Location]] = []
         self.relocations = 0
 
     # -- what the keyspace does when clients write ---------------------------------------------------------
+    def before(self, key: bytes) -> Before:
+        e = self.entries.get(key)
+        return (e[0], e[1]) if e is not None else (None, 0)
+
     def set(self, key: bytes, value: bytes, expire: int = 0, hot: bool = True) -> Location:
-        loc = self.log.append_set(key, value, expire)
+        loc = self.log.append_set(key, value, expire, self.before(key))
         old = self.entries.get(key)
         if old is not None and old[0] is not None:
             self.log.mark_dead(old[0])
@@ -37,15 +41,16 @@ class Owner:
         return loc
 
     def delete(self, key: bytes) -> None:
+        before = self.before(key)
         old = self.entries.pop(key, None)
         if old is not None:
             if old[0] is not None:
                 self.log.mark_dead(old[0])
-            self.log.append_delete(key)
+            self.log.append_delete(key, before)
 
     def expire(self, key: bytes, expire: int) -> None:
+        self.log.append_expire(key, expire, self.before(key))
         self.entries[key][1] = expire
-        self.log.append_expire(key, expire)
 
     def flush(self) -> None:
         self.entries.clear()
@@ -96,11 +101,18 @@ class Owner:
         else:
             e[0] = None
 
-    def lost(self, key: bytes, loc: Location) -> None:
-        self.lost_calls.append((key, loc))
+    def undo(self, key: bytes, before: Before) -> bool:
+        self.undo_calls.append((key, before))
+        loc, expire = before
         e = self.entries.get(key)
+        if loc is None or loc.segment == 0:
+            self.entries.pop(key, None)
+            return False
         if e is not None and e[0] == loc:
-            del self.entries[key]
+            e[1] = expire
+            return False
+        self.entries[key] = [loc, expire, None]
+        return True
 
 
 async def open_log(directory: Path, **kwargs: Any) -> tuple[SegmentLog, Owner, RecoveryReport]:

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from persist_helpers import inject_fault, open_log, reopen, settle, wait_for
+from persist_helpers import inject_fault, now_ms, open_log, reopen, settle, wait_for
 
 from kvd.persist import PersistError, SegmentLog
 from kvd.persist.record import HDR_SIZE
@@ -131,7 +131,7 @@ async def test_write_error_misconf_lost_and_resume(seg_dir: Path) -> None:
         await fut
     assert str(info.value) == "MISCONF Errors writing to the AOF file: No space left on device"
     assert log.misconf() == str(info.value)
-    assert [k for k, _ in owner.lost_calls] == [b"doomed"]
+    assert owner.undo_calls == [(b"doomed", (None, 0))]  # it had no record before: gone
     assert b"doomed" not in owner.entries
     assert log.stats()["aof_last_write_status"] == "err"
     assert bytes(await owner.get(b"before")) == b"b" * 5000  # reads keep working
@@ -149,6 +149,41 @@ async def test_write_error_misconf_lost_and_resume(seg_dir: Path) -> None:
     await log.close()
 
 
+async def test_lost_writes_change_nothing(seg_dir: Path) -> None:
+    """An overwrite, a DEL, an EXPIRE and a PERSIST that fail to reach the disk put their keys back as they were:
+    the record written before (read from disk), with its TTL. Several lost writes to one key go back to the state
+    before the first. The live byte count is what it was, and a restart agrees with what was served."""
+    log, owner, _ = await open_log(seg_dir, appendfsync="always")
+    far = now_ms() + 3_600_000
+    for key in (b"over", b"twice", b"gone", b"timed", b"kept"):
+        owner.set(key, key * 1000, expire=far if key in (b"timed", b"kept") else 0, hot=False)
+    await settle(log)
+    live = {seg.id: seg.live for seg in log._segments.values()}
+    inject_fault(log, OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
+    owner.set(b"over", b"new" * 1000)
+    owner.set(b"twice", b"1" * 1000)
+    owner.expire(b"twice", far)
+    owner.set(b"twice", b"2" * 1000)
+    owner.delete(b"gone")
+    owner.expire(b"timed", far + 60_000)
+    owner.expire(b"kept", 0)
+    owner.set(b"fresh", b"f" * 1000)
+    with pytest.raises(PersistError, match="^MISCONF"):
+        await log.barrier()
+    assert {seg.id: seg.live for seg in log._segments.values()} == live
+    assert set(owner.entries) == {b"over", b"twice", b"gone", b"timed", b"kept"}
+    for key in (b"over", b"twice", b"gone", b"timed", b"kept"):
+        assert bytes(await owner.get(key)) == key * 1000, key
+    assert [owner.entries[k][1] for k in (b"over", b"twice", b"gone", b"timed", b"kept")] == [0, 0, 0, far, far]
+    inject_fault(log, None)
+    await wait_for(lambda: log.misconf() is None, timeout=5)
+    log, owner, _ = await reopen(log)
+    assert set(owner.entries) == {b"over", b"twice", b"gone", b"timed", b"kept"}
+    for key in owner.entries:
+        assert bytes(await owner.get(key)) == key * 1000, key
+    await log.close()
+
+
 async def test_write_error_always_policy(seg_dir: Path) -> None:
     log, owner, _ = await open_log(seg_dir, appendfsync="always")
     owner.set(b"a", b"1")
@@ -158,7 +193,7 @@ async def test_write_error_always_policy(seg_dir: Path) -> None:
         owner.set(b"x%d" % i, b"2" * 100)
     with pytest.raises(PersistError, match="^MISCONF Errors writing to the AOF file: Input/output error$"):
         await log.barrier()
-    assert len(owner.lost_calls) == 10
+    assert len(owner.undo_calls) == 10
     inject_fault(log, None)
     await wait_for(lambda: log.misconf() is None, timeout=5)
     log, owner, _ = await reopen(log)
