@@ -321,6 +321,7 @@ class Client(asyncio.BufferedProtocol):
         """The transport drained, or a CLIENT PAUSE ended: run what waited."""
         self._held = self._write_paused or self.server.paused is not None
         if self._queue and not self._busy and not self._closed:
+            self.last_active = _monotonic()  # its wait was no idleness: as Redis, the command runs now
             self._run()
         elif not self._closed:
             self._update_reading()
@@ -330,13 +331,13 @@ class Client(asyncio.BufferedProtocol):
     def _run(self) -> None:
         queue = self._queue
         out = self._out
-        execute = self._execute_pubsub if self._pubsub_resp2 else self._execute
         while queue and not self._closed:
             if self._held and self._hold_here(queue[0]):
                 if self._write_paused:
                     return  # resume_writing() picks the pipeline up again once the client reads
                 break  # CLIENT PAUSE: the replies so far go out, the rest waits (and reading stops)
-            result = execute(queue.popleft())
+            # Chosen per command: a SUBSCRIBE (or the last UNSUBSCRIBE) changes what the next one may do.
+            result = (self._execute_pubsub if self._pubsub_resp2 else self._execute)(queue.popleft())
             if self.close_after_reply:
                 queue.clear()  # Redis runs nothing after QUIT, even if it was pipelined
                 break
@@ -595,11 +596,12 @@ class Client(asyncio.BufferedProtocol):
     # -- CLIENT REPLY ------------------------------------------------------------------------------------------
 
     def set_reply_mode(self, mode: bytes) -> None:
-        """CLIENT REPLY ``on``, ``off``, or ``skip`` (no reply to the next command; ignored while off). Muting
-        points the ReplyWriter at a list that drops everything, so the reply path itself checks nothing."""
+        """CLIENT REPLY ``on``, ``off``, or ``skip`` (no reply to the next command; ignored while off, and a
+        SKIP skipped by an earlier one arms a new skip, as in Redis). Muting points the ReplyWriter at a list
+        that drops everything, so the reply path itself checks nothing."""
         writer = self.reply
         if mode == b"skip":
-            if writer.out is self._out:
+            if writer.out is self._out or self._reply_skip:  # a SKIP while one counts down skips anew; OFF wins
                 writer.out = DISCARD
                 self._reply_skip = 2  # this command, then the next one
                 self._watch_ns = -1  # every command goes past _slow, which counts them down
@@ -745,6 +747,8 @@ class Client(asyncio.BufferedProtocol):
                 self._replies.add(self, released)
             return
         self.flush_replies()
+        if self._protocol_error is not None and self.close_after_reply:
+            self._protocol_error = None  # after QUIT (or a kill): Redis reads nothing past it, bad bytes included
         if self._protocol_error is not None:
             error, self._protocol_error = self._protocol_error, None
             log.info("protocol error from client %s (id=%d): %s", self.addr, self.id, error.message)
@@ -829,6 +833,11 @@ class Client(asyncio.BufferedProtocol):
         data = monitor.line(self.addr, argv)
         for client in list(self._monitors):
             client.push(data)
+
+    @property
+    def output(self) -> list[Buffer]:
+        """Where replies go whatever CLIENT REPLY says: for what Redis sends a muted client (CLIENT_PUSHING)."""
+        return self._out
 
     def push(self, data: bytes) -> None:
         """Data that is not a reply to this client's own request (a MONITOR line). It goes out at the end of
@@ -1046,6 +1055,19 @@ class Client(asyncio.BufferedProtocol):
     @property
     def busy(self) -> bool:
         return self._busy
+
+    def times_out(self) -> bool:
+        """Whether ``timeout`` may close this client once it is idle: not the link to a primary, a replica, a
+        monitor, a subscriber, nor a client waiting (a blocked command, CLIENT PAUSE), as Redis's
+        clientsCronHandleTimeout spares them."""
+        return not (
+            self.link is not None
+            or self._busy
+            or (self._held and self._queue)  # commands held by CLIENT PAUSE (Redis: blocked, postponed)
+            or self.replica is not None
+            or self.monitoring
+            or (self.subscriptions is not None and self.subscriptions.total() > 0)
+        )
 
     def idle(self, now: float) -> float:
         """Seconds since this client last sent anything (reads the C receiver took count too)."""

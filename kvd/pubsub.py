@@ -105,6 +105,7 @@ class PubSub:
     @staticmethod
     def _confirm(client: Client, verb: bytes, name: bytes | None, kind: str) -> None:
         reply = client.reply
+        muted, reply.out = reply.out, client.output  # sent under CLIENT REPLY OFF or SKIP too (CLIENT_PUSHING)
         reply.push_header(3)
         reply.bulk(verb)
         if name is None:
@@ -112,6 +113,7 @@ class PubSub:
         else:
             reply.bulk(name)
         reply.integer(_subscriptions(client).count(kind))
+        reply.out = muted
 
     # -- publishing ----------------------------------------------------------------------------------------------
 

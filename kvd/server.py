@@ -520,7 +520,7 @@ class Server:
                 if self.settings.timeout and now - last_idle_check >= 1.0:
                     last_idle_check = now
                     for client in list(self.clients.values()):
-                        if client.link is None and not client.busy and client.idle(now) > self.settings.timeout:
+                        if client.times_out() and client.idle(now) > self.settings.timeout:
                             log.debug("closing idle client %s (id=%d)", client.addr, client.id)
                             client.kill()
             except Exception:  # the tick must never die

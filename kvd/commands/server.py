@@ -88,9 +88,14 @@ def time_(c: Client, argv: list[Any]) -> None:
     "O(1)",
 )
 def shutdown(c: Client, argv: list[Any]) -> None:
-    for raw in argv[1:]:
-        if lower(raw) not in (b"nosave", b"save", b"now", b"force", b"abort"):
-            raise CommandError(errors.SYNTAX)
+    flags = {lower(raw) for raw in argv[1:]}
+    if not flags <= {b"nosave", b"save", b"now", b"force", b"abort"}:
+        raise CommandError(errors.SYNTAX)
+    if (b"abort" in flags and len(flags) > 1) or {b"nosave", b"save"} <= flags:  # Redis's illegal combinations
+        raise CommandError(errors.SYNTAX)
+    if b"abort" in flags:
+        # Redis's ABORT cancels a shutdown that waits for lagging replicas; kvd's never waits once it has begun.
+        raise CommandError("ERR No shutdown in progress.")
     c.server.request_shutdown("SHUTDOWN command")
     c.close_after_reply = True  # Redis sends no reply on success; the connection just closes.
 

@@ -98,6 +98,16 @@ def test_pause_all_holds_every_client_and_command(server):
         assert time.monotonic() - started >= 1.3
 
 
+def test_a_skip_while_one_counts_down_skips_anew(server):
+    """CLIENT REPLY SKIP, SKIP, SET, GET: the second SKIP is itself skipped and arms a new skip, so only GET is
+    answered (Redis's CLIENT_REPLY_SKIP_NEXT set again)."""
+    with server.raw() as c:
+        for request in (["CLIENT", "REPLY", "SKIP"], ["CLIENT", "REPLY", "SKIP"], ["SET", "a", "1"], ["GET", "a"]):
+            c.send_command(*request)
+        assert c.read_replies(1) == [b"$1\r\n1\r\n"]
+        assert c.command("PING") == b"+PONG\r\n"
+
+
 @pytest.mark.parametrize("mode", [[], ["ALL"], ["WRITE"]])
 def test_pause_ends_at_its_timeout(server, mode):
     with server.raw() as c, server.raw() as admin:

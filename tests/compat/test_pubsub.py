@@ -7,7 +7,7 @@ import socket
 import time
 
 import pytest
-from support.raw import parse
+from support.raw import encode, parse
 
 pytestmark = [pytest.mark.compat, pytest.mark.timeout(60)]
 
@@ -103,6 +103,27 @@ def test_messages_reach_a_subscriber_whose_replies_are_off(server):
         assert sub.read_reply() == msg(b"message", b"ch", b"still", push=True)
         sub.send_command("GET", "x")  # its reply is dropped
         assert sub.command("CLIENT", "REPLY", "ON") == b"+OK\r\n"
+
+
+def test_the_resp2_context_holds_from_the_command_after_subscribe_in_the_same_write(server):
+    """SUBSCRIBE and a SET in one write: the SET is refused, as on its own. UNSUBSCRIBE and a GET in one write:
+    the GET runs. (kvd once chose the rules once per read, so both went the other way.)"""
+    with server.raw() as c:
+        c.send(b"".join(encode(*r) for r in (["SUBSCRIBE", "x"], ["SET", "k", "v"], ["PING"])))
+        assert c.read_replies(3) == [msg(b"subscribe", b"x", 1), ONLY % b"set", b"*2\r\n$4\r\npong\r\n$0\r\n\r\n"]
+        c.send(encode("UNSUBSCRIBE", "x") + encode("GET", "k"))
+        assert c.read_replies(2) == [msg(b"unsubscribe", b"x", 0), b"$-1\r\n"]
+
+
+def test_confirmations_reach_a_client_whose_replies_are_off_or_skipped(server):
+    """Redis sends (un)subscribe confirmations past CLIENT REPLY OFF and SKIP (CLIENT_PUSHING), in RESP2 and 3."""
+    with server.raw() as c:
+        c.send(b"".join(encode(*r) for r in (["CLIENT", "REPLY", "OFF"], ["SUBSCRIBE", "x"], ["UNSUBSCRIBE", "x"])))
+        assert c.read_replies(2) == [msg(b"subscribe", b"x", 1), msg(b"unsubscribe", b"x", 0)]
+        assert c.command("CLIENT", "REPLY", "ON") == b"+OK\r\n"
+        assert c.command("HELLO", "3").startswith(b"%")
+        c.send(b"".join(encode(*r) for r in (["CLIENT", "REPLY", "SKIP"], ["PSUBSCRIBE", "x*"], ["PING"])))
+        assert c.read_replies(2) == [msg(b"psubscribe", b"x*", 1, push=True), b"+PONG\r\n"]
 
 
 def test_a_subscriber_that_disconnects_is_forgotten(server):

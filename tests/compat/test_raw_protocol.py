@@ -358,6 +358,11 @@ def test_quit_stops_pipelined_commands(module_server):
         assert c.buf == b"", f"nothing may follow QUIT's +OK: {bytes(c.buf)!r}"
     with module_server.raw() as c:
         assert c.command("GET", "quit:k") == b"$6\r\nbefore\r\n"
+    with module_server.raw() as c:  # nor a protocol error for bad bytes after it: Redis never reads them
+        c.send(encode("QUIT") + b"*1\r\n+x\r\n")
+        assert c.read_replies(1) == [b"+OK\r\n"]
+        assert c.is_closed(timeout=5)
+        assert c.buf == b"", f"nothing may follow QUIT's +OK: {bytes(c.buf)!r}"
 
 
 # -- pipelining and splitting --------------------------------------------------------------------------------

@@ -249,6 +249,44 @@ def test_idle_timeout_closes_idle_clients_only(kvd_factory):
         busy.close()
 
 
+def test_idle_timeout_spares_subscribers_monitors_and_paused_clients(kvd_factory):
+    """As Redis: a quiet subscriber (RESP2 or RESP3), a MONITOR and a client held by CLIENT PAUSE are not idle
+    clients, however long they wait; an ordinary idle client beside them is closed."""
+    srv = kvd_factory("--timeout", "1")
+    quiet = {name: srv.connect() for name in ("sub2", "sub3", "monitor", "paused", "idle")}
+    admin = srv.connect()
+    try:
+        for name, request in (
+            ("sub2", b"SUBSCRIBE ch\r\n"),
+            ("sub3", b"HELLO 3\r\nSUBSCRIBE ch\r\n"),
+            ("monitor", b"MONITOR\r\n"),
+            ("idle", b"PING\r\n"),
+        ):
+            quiet[name].sendall(request)
+            time.sleep(0.1)
+            assert quiet[name].recv(4096), name
+        admin.sendall(b"CLIENT PAUSE 10000 WRITE\r\n")
+        assert read_reply_line(admin) == b"+OK\r\n"
+        quiet["paused"].sendall(b"SET k v\r\n")  # held until the pause ends
+        for _ in range(7):  # 3.5 s, the admin client active all along
+            time.sleep(0.5)
+            admin.sendall(b"PING\r\n")
+            assert read_reply_line(admin) == b"+PONG\r\n"
+        admin.sendall(b"CLIENT UNPAUSE\r\n")
+        assert read_reply_line(admin) == b"+OK\r\n"
+        assert read_reply_line(quiet["paused"]) == b"+OK\r\n"
+        for name, sock in quiet.items():  # at once: the paused client's reply just made it active again
+            sock.setblocking(False)
+            try:
+                data = sock.recv(4096)
+            except BlockingIOError:
+                data = None  # still open, nothing to read
+            assert (data == b"") == (name == "idle"), (name, data)
+    finally:
+        for sock in (*quiet.values(), admin):
+            sock.close()
+
+
 def _client_addrs(srv) -> set[str]:
     listing = srv.client().execute_command("CLIENT", "LIST")
     if isinstance(listing, bytes):
