@@ -97,6 +97,13 @@ class _Discard(list):  # type: ignore[type-arg]
 DISCARD = _Discard()
 
 
+def _full_name(cmd: Any, argv: list[Any]) -> str:
+    """``config|get`` for CONFIG GET, as CLIENT LIST's cmd= names it; "NULL" for a subcommand that does not exist
+    (Redis finds no command for it)."""
+    sub = bytes(argv[1]).lower().decode("utf-8", "replace")
+    return f"{cmd.name}|{sub}" if sub in cmd.subcommands else "NULL"
+
+
 class Client(asyncio.BufferedProtocol):
     """A connected client: its protocol state, auth state, name and reply stream."""
 
@@ -320,7 +327,7 @@ class Client(asyncio.BufferedProtocol):
     def resume_commands(self) -> None:
         """The transport drained, or a CLIENT PAUSE ended: run what waited."""
         self._held = self._write_paused or self.server.paused is not None
-        if self._queue and not self._busy and not self._closed:
+        if (self._queue or self.parser.held_back) and not self._busy and not self._closed:
             self.last_active = _monotonic()  # its wait was no idleness: as Redis, the command runs now
             self._run()
         elif not self._closed:
@@ -331,7 +338,9 @@ class Client(asyncio.BufferedProtocol):
     def _run(self) -> None:
         queue = self._queue
         out = self._out
-        while queue and not self._closed:
+        while not self._closed:
+            if not queue and not (self.parser.held_back and self._parse_held_back()):
+                break
             if self._held and self._hold_here(queue[0]):
                 if self._write_paused:
                     return  # resume_writing() picks the pipeline up again once the client reads
@@ -352,6 +361,23 @@ class Client(asyncio.BufferedProtocol):
         else:
             self._finish_batch()
 
+    def _parse_held_back(self) -> bool:
+        """Unauthenticated, the parser stops after each request (RequestParser.held_back): parse the next ones,
+        under the limits the last one left (after AUTH, none of the unauthenticated ones). True if any came."""
+        parsed = self._parsed
+        try:
+            self.parser.resume(parsed)
+        except ProtocolError as exc:
+            self._protocol_error = exc
+            self._set_reading(False)
+        except DropConnection as exc:
+            log.warning("closing client %s (id=%d): %s", self.addr, self.id, exc)
+            self.kill()
+            return False
+        self._queue.extend(parsed)
+        parsed.clear()
+        return bool(self._queue)
+
     def _execute(self, argv: list[Any]) -> Any:
         name = argv[0]
         cmd = ALIASES.get(name) if type(name) is bytes else None
@@ -359,8 +385,9 @@ class Client(asyncio.BufferedProtocol):
             name = bytes(name).lower()
             cmd = COMMANDS.get(name)
             if cmd is None:
+                self.last_command = "NULL"  # CLIENT LIST's cmd=, as Redis's for a command it does not know
                 return self._unknown_command(name, argv)
-        self.last_command = cmd.name
+        self.last_command = cmd.name if not cmd.subcommands or len(argv) < 2 else _full_name(cmd, argv)
         arity = cmd.arity
         if (arity > 0 and len(argv) != arity) or len(argv) < -arity:
             return self._refuse(cmd, errors.wrong_arity(cmd.name), argv)
@@ -735,7 +762,7 @@ class Client(asyncio.BufferedProtocol):
         if self._closed:
             return
         self._finish_batch(True)
-        if self._queue and not self._busy:
+        if (self._queue or self.parser.held_back) and not self._busy:
             self._run()
 
     def _finish_batch(self, released: bool = False, at_once: bool = False) -> None:
@@ -821,6 +848,9 @@ class Client(asyncio.BufferedProtocol):
         if self.transport is not None and not self._closed:
             self._closed = True
             self.transport.abort()
+            # Gone from CLIENT LIST, CLIENT KILL and connected_clients now, as in Redis, not when the loop
+            # reports the connection lost (which does the rest of the clean-up).
+            self.server.unregister(self)
 
     def feed_monitors(self, cmd: Any, argv: list[Any]) -> None:
         """Show ``argv`` to every MONITOR client, unless Redis would not (an administrative command)."""
@@ -951,7 +981,7 @@ class Client(asyncio.BufferedProtocol):
             return self._execute(argv)
         if cmd.protected and not self._may_run_protected(cmd, argv):  # Redis's order: the guard's refusal first
             return self._execute(argv)
-        self.last_command = cmd.name
+        self.last_command = full
         return self._refuse(
             cmd,
             f"ERR Can't execute '{full}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are "
@@ -1007,6 +1037,7 @@ class Client(asyncio.BufferedProtocol):
                 return self._exec_rest(pending, queued[i + 1 :], exec_argv, errors_before)
         self.reply.errors = errors_before  # the commands' errors are theirs: EXEC itself did not fail (commandstats)
         self.executing_transaction = False
+        self.last_command = "exec"
         self.feed_monitors(COMMANDS[b"exec"], exec_argv)
         return None
 
@@ -1024,6 +1055,7 @@ class Client(asyncio.BufferedProtocol):
         finally:
             self.reply.errors = errors_before
             self.executing_transaction = False
+            self.last_command = "exec"
             self.feed_monitors(COMMANDS[b"exec"], exec_argv)
 
     # -- blocking commands (WAIT, WAITAOF; kvd/commands/replication.py) ----------------------------------------

@@ -112,7 +112,7 @@ def acl_cat(c: Client, argv: list[Any]) -> None:
         c.reply.bulk_array([name.encode() for name in ACL_CATEGORIES])
         return
     if len(argv) > 3:
-        raise CommandError(errors.wrong_arity("acl|cat"))
+        raise CommandError(errors.subcommand_syntax(bytes(argv[1]), "acl"))
     category = lower(argv[2]).decode("utf-8", "replace")
     if category not in ACL_CATEGORIES:
         raise CommandError(f"ERR Unknown category '{bytes(argv[2]).decode('utf-8', 'replace')}'")
@@ -131,6 +131,8 @@ def acl_cat(c: Client, argv: list[Any]) -> None:
          usage="[bits]")  # fmt: skip
 def acl_genpass(c: Client, argv: list[Any]) -> None:
     bits = 256
+    if len(argv) > 3:
+        raise CommandError(errors.subcommand_syntax(bytes(argv[1]), "acl"))
     if len(argv) == 3:
         bits = parse_int(argv[2])
         if not 0 < bits <= 4096:

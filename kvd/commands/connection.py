@@ -323,12 +323,15 @@ def client_info(c: Client, argv: list[Any]) -> None:
     complexity="O(N) where N is the number of client connections",
 )
 def client_list(c: Client, argv: list[Any]) -> None:
+    if len(argv) > 3 and lower(argv[2]) == b"id":
+        # In the order asked for, a client asked for twice listed twice, as Redis does
+        ids = [parse_int(a, "ERR Invalid client ID") for a in argv[3:]]
+        clients = c.server.clients
+        c.reply.verbatim("".join(clients[i].describe() + "\n" for i in ids if i in clients))
+        return
     ids: set[int] | None = None
     if len(argv) > 2:
-        opt = lower(argv[2])
-        if opt == b"id" and len(argv) > 3:
-            ids = {parse_int(a) for a in argv[3:]}
-        elif opt == b"type" and len(argv) == 4:
+        if lower(argv[2]) == b"type" and len(argv) == 4:
             kind = _client_type(argv[3])
             ids = {cl.id for cl in c.server.clients.values() if cl.client_type() == kind}
         else:

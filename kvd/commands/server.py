@@ -233,12 +233,25 @@ def config(c: Client, argv: list[Any]) -> Any:
     complexity="O(N) when N is the number of configuration parameters provided",
 )
 def config_get(c: Client, argv: list[Any]) -> None:
-    patterns = [bytes(a) for a in argv[2:]]
-    seen: dict[str, str] = {}
-    for name, value in config_pairs(c):
-        if name not in seen and any(glob_match(p, name.encode(), nocase=True) for p in patterns):
-            seen[name] = value
-    c.reply.str_map(list(seen.items()))
+    """As Redis's configGetCommand: a name without glob characters is looked up and answered as it was written
+    (``CONFIG GET MAXMEMORY`` -> ``MAXMEMORY``), a pattern is matched against every name; each setting once."""
+    pairs = config_pairs(c)
+    values: dict[str, str] = {}
+    for name, value in pairs:
+        values.setdefault(name, value)
+    found: dict[str, tuple[str, str]] = {}  # lowercase name -> (name as answered, value)
+    for raw in argv[2:]:
+        pattern = bytes(raw)
+        if not any(ch in pattern for ch in b"[*?"):
+            written = pattern.decode("utf-8", "replace")
+            name = written.lower()
+            if name in values and name not in found:
+                found[name] = (written, values[name])
+            continue
+        for name, value in pairs:
+            if name not in found and glob_match(pattern, name.encode(), nocase=True):
+                found[name] = (name, value)
+    c.reply.str_map(list(found.values()))
 
 
 @command(
@@ -549,7 +562,7 @@ def command_info(c: Client, argv: list[Any]) -> None:
     for name in argv[2:]:
         found = _lookup(bytes(name))
         if found is None:
-            c.reply.null_array()
+            c.reply.null()  # Redis's addReplyNull: $-1 in RESP2, not a null array
         else:
             _command_info(c, *found)
 

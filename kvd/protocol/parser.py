@@ -163,6 +163,7 @@ class RequestParser:
         "_template",
         "_window",
         "authenticated",
+        "held_back",
         "max_bulk",
         "pool",
         "query_limit",
@@ -193,6 +194,9 @@ class RequestParser:
         self._template: Template | None = None  # the shape of the last large request: what the next may land as
         self._shape: tuple[bytes, int] | None = None  # (name, value length) of the last large request
         self._land: bytearray | None = None  # the buffer a whole request is landing in
+        # Unauthenticated, the parser stops after each request: the next one is read under the limits the first
+        # leaves (an AUTH lifts them), as Redis reads one request at a time. ``resume`` parses the rest.
+        self.held_back = False
         self._land_filled = 0
         self._land_header = 0  # the landing request's header length, once all of it matched the template
         self._land_key = b""  # and its key
@@ -386,12 +390,22 @@ class RequestParser:
 
     # -- parsing ----------------------------------------------------------------------------------------------
 
+    def resume(self, out: list[Args]) -> None:
+        """Parse the requests held back while unauthenticated (``held_back``), once the one before has run."""
+        self.held_back = False
+        self.feed(0, out)
+
     def _parse(self, out: list[Args]) -> None:
         buf = self._buf
         pos = self._start
         end = self._end
+        before = len(out)
+        self.held_back = False
         try:
             while True:
+                if not self.authenticated and len(out) > before:
+                    self.held_back = pos < end
+                    break
                 if self._need_crlf:
                     if end - pos < 2:
                         break

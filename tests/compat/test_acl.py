@@ -132,3 +132,10 @@ def test_acl_log_keeps_acllog_max_len_entries(server_factory):
             assert raw.command("AUTH", user, "wrong").startswith(b"-WRONGPASS")
         entries = [dict(zip(e[::2], e[1::2], strict=True)) for e in parse(raw.command("ACL", "LOG"))]
         assert [e[b"username"] for e in entries] == [b"u3", b"u2"]  # newest first, the oldest dropped
+
+
+def test_cat_and_genpass_with_too_many_arguments(server):
+    with server.raw() as c:
+        for request, sub in ((["ACL", "CAT", "x", "y"], b"CAT"), (["ACL", "genpass", "1", "2"], b"genpass")):
+            expected = b"-ERR unknown subcommand or wrong number of arguments for '%s'. Try ACL HELP.\r\n" % sub
+            assert c.command(*request) == expected

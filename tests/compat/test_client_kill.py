@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import redis
+from support.raw import encode, parse
 
 pytestmark = [pytest.mark.compat, pytest.mark.timeout(60)]
 
@@ -92,3 +93,21 @@ def test_errors(server, args, error):
     with pytest.raises(redis.ResponseError) as exc:
         kill(server.client(), *args)
     assert str(exc.value) == error
+
+
+def test_client_list_id_lists_in_the_order_asked_and_checks_each_id(server):
+    with server.raw() as a, server.raw() as b:
+        ids = [parse(a.command("CLIENT", "ID")), parse(b.command("CLIENT", "ID"))]
+        listing = parse(a.command("CLIENT", "LIST", "ID", ids[1], ids[0], ids[1], 999_999)).decode()
+        assert [line.split()[0] for line in listing.splitlines()] == [f"id={i}" for i in (ids[1], ids[0], ids[1])]
+        assert a.command("CLIENT", "LIST", "ID", "x") == b"-ERR Invalid client ID\r\n"
+
+
+def test_a_killed_client_is_gone_at_once(server):
+    """Killing one client twice in one pipeline: 1, then 0, and CLIENT LIST no longer shows it."""
+    with server.raw() as a, server.raw() as victim:
+        vid = parse(victim.command("CLIENT", "ID"))
+        a.send(b"".join(encode(*r) for r in (["CLIENT", "KILL", "ID", vid], ["CLIENT", "KILL", "ID", vid])))
+        assert a.read_replies(2) == [b":1\r\n", b":0\r\n"]
+        a.send(encode("CLIENT", "KILL", "ID", vid) + encode("CLIENT", "LIST", "ID", vid))
+        assert a.read_replies(2) == [b":0\r\n", b"$0\r\n\r\n"]

@@ -234,3 +234,10 @@ def test_cluster_commands_say_cluster_support_is_disabled(server):
         assert c.command("CLUSTER", "KEYSLOT") == b"-ERR wrong number of arguments for 'cluster|keyslot' command\r\n"
         assert c.command("CLUSTER") == b"-ERR wrong number of arguments for 'cluster' command\r\n"
         assert c.command("PING") == b"+PONG\r\n"
+
+
+def test_info_of_an_unknown_command_is_a_null(server):
+    with server.raw() as c:
+        assert c.command("COMMAND", "INFO", "nosuch") == b"*1\r\n$-1\r\n"
+        assert c.command("HELLO", "3").startswith(b"%")
+        assert c.command("COMMAND", "INFO", "nosuch") == b"*1\r\n_\r\n"

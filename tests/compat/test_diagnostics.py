@@ -397,3 +397,27 @@ def test_info_counts_expiry_sweeps_that_stop_at_their_limit(server):
     r.config_resetstat()
     stats = r.info("stats")
     assert stats["expired_time_cap_reached_count"] == stats["expire_cycle_cpu_milliseconds"] == 0
+
+
+def test_client_list_names_the_last_command_as_redis_does(server):
+    """CLIENT LIST's cmd=: a subcommand by its full name, EXEC after a transaction, NULL after a command or
+    subcommand that does not exist."""
+    with server.raw() as c, server.raw() as admin:
+        my_id = parse(c.command("CLIENT", "ID"))
+
+        def last() -> str:
+            line = parse(admin.command("CLIENT", "LIST", "ID", my_id)).decode()
+            return next(f[4:] for f in line.split() if f.startswith("cmd="))
+
+        for request, expected in (
+            (["CONFIG", "GET", "x"], "config|get"),
+            (["OBJECT", "ENCODING", "nokey"], "object|encoding"),
+            (["GET", "k"], "get"),
+            (["NOSUCHCOMMAND"], "NULL"),
+            (["CLIENT", "NOSUCH"], "NULL"),
+            (["MULTI"], "multi"),
+            (["SET", "k", "v"], "set"),
+            (["EXEC"], "exec"),
+        ):
+            c.command(*request)
+            assert last() == expected, request

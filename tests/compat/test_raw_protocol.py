@@ -119,6 +119,31 @@ def test_unknown_command_quotes_and_scrubs_long_args(module_server):
         assert c.command("PING") == b"+PONG\r\n"
 
 
+def test_a_request_after_auth_in_the_same_write_has_the_authenticated_limits(server_factory):
+    """AUTH (or HELLO ... AUTH, or an inline AUTH) and a request past the unauthenticated limits (11 arguments, a
+    20 KB value) in one write: the request runs, as Redis reads one request at a time. Without the AUTH it is the
+    protocol error it was. (kvd once parsed the whole write first and closed the connection.)"""
+    srv = server_factory(requirepass="pw")
+    mset = encode("MSET", *[str(i) for i in range(12)])
+    for auth, reply in (
+        (encode("AUTH", "pw"), b"+OK\r\n"),
+        (b"AUTH pw\r\n", b"+OK\r\n"),
+        (encode("HELLO", "2", "AUTH", "default", "pw"), None),
+    ):
+        with srv.raw() as c:
+            c.send(auth + mset + encode("SET", "big", b"x" * 20_000) + encode("STRLEN", "big"))
+            first = c.read_reply()
+            assert first == reply if reply is not None else first.startswith(b"*14\r\n"), first
+            assert c.read_replies(3) == [b"+OK\r\n", b"+OK\r\n", b":20000\r\n"]
+    with srv.raw() as c:
+        c.send(encode("GET", "x") + mset)
+        assert c.read_replies(2) == [
+            b"-NOAUTH Authentication required.\r\n",
+            b"-ERR Protocol error: unauthenticated multibulk length\r\n",
+        ]
+        assert c.is_closed(timeout=5)
+
+
 def test_noauth_and_wrongpass(server_factory):
     srv = server_factory(requirepass="s3cret")
     with srv.raw() as c:
@@ -471,3 +496,12 @@ def test_very_long_numbers_are_refused_not_crashed_on(server):
         assert c.command("SCAN", "0" * 5000) == b"*2\r\n$1\r\n0\r\n*0\r\n"
         assert c.command("INCRBYFLOAT", "f", "1e" + "9" * 400) == b"-ERR value is not a valid float\r\n"
         assert c.command("INCRBYFLOAT", "f", "1e" + "0" * 5000 + "1") == b"$2\r\n10\r\n"
+
+
+def test_config_get_answers_an_exact_name_as_written(module_server):
+    """Redis answers a name without glob characters as the client wrote it, and each setting once."""
+    with module_server.raw() as c:
+        value = parse(c.command("CONFIG", "GET", "maxmemory"))[1]
+        assert parse(c.command("CONFIG", "GET", "MAXMEMORY")) == [b"MAXMEMORY", value]
+        assert parse(c.command("CONFIG", "GET", "MaxMemory", "maxmemory")) == [b"MaxMemory", value]
+        assert parse(c.command("CONFIG", "GET", "maxmemor?")) == [b"maxmemory", value]
