@@ -203,14 +203,15 @@ def _recover_with_progress(seg_log: object, now: int) -> tuple[dict, object]:
 
         recovered, report = seg_log.recover(now, update)  # type: ignore[attr-defined]
     log.info(
-        "recovered %d keys, %s in %.2f s (%s segments, %d hint files used); skipped %d corrupt records, "
-        "truncated %d torn bytes",
+        "recovered %d keys, %s in %.2f s (%s segments, %d hint files used); skipped %d damaged records and "
+        "unreadable regions (%d damaged records: their keys dropped or repaired), truncated %d torn bytes",
         report.keys,
         format_size(report.bytes),
         report.seconds,
         report.segments,
         report.hint_files_used,
         report.skipped_records,
+        report.damaged_records,
         report.truncated_bytes,
     )
     for warning in report.warnings:

@@ -54,7 +54,10 @@ class RecoveryReport:
     bytes: int = 0  # segment bytes processed (data files; hinted segments count at their size)
     seconds: float = 0.0
     segments: int = 0
-    skipped_records: int = 0  # corrupt regions skipped (each counted once)
+    # Records recovery could not use: each damaged record (its header checks, its payload does not) counts one,
+    # each unreadable region (no header in it checks; how many records it held is unknown) counts one.
+    skipped_records: int = 0
+    damaged_records: int = 0  # of those, the damaged records (their keys are dropped or repaired, not reverted)
     truncated_bytes: int = 0  # torn tail cut from the active segment
     hint_files_used: int = 0
     live_bytes: int = 0  # bytes of the live SET records

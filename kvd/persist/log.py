@@ -171,7 +171,8 @@ class SegmentLog(SegmentLogHooks):
             rec = recover(self.directory, self.segment_size, now_ms, progress, self.logger.warning)
         except OSError as exc:
             self._release_lock()
-            raise PersistError(f"recovery of {self.directory} failed: {exc.strerror or exc}") from None
+            what = f"{exc.filename}: {exc.strerror or exc}" if exc.filename else (exc.strerror or str(exc))
+            raise PersistError(f"recovery of {self.directory} failed: {what}") from None
         except BaseException:
             self._release_lock()
             raise

@@ -30,9 +30,17 @@ still cancels the older SET it was written for but can never cancel a SET writte
 fresh LSN (they are re-validated against the keyspace first, so they are the current state). Hence a SET always
 has a higher LSN than every record before it in file order, which keeps recovery a single forward pass.
 
-Resync. A scanner that hits a bad record searches forward for the next magic whose header CRC *and* payload
-checksum validate (Bitcask skips bad records the same way). A false match would need a 32-bit header CRC and a
-64-bit payload hash to collide, i.e. a value that embeds a whole valid record.
+Damage. A record whose header checks at the place a record must start (the file's first record, or right after
+a record whose header checked) but whose payload checksum does not is a *damaged* record: its type, key length,
+LSN, expire and checksum are known (the header CRC vouches for them), its key and value bytes are not. Its length
+is trusted, so the scan goes on right after it; it is reported apart (``ScanResult.damaged``) so that recovery
+can keep the key from falling back to an older version (recovery.py, "Damaged records").
+
+Resync. A scanner that hits a record whose header does not check searches forward for the next magic whose
+header CRC *and* payload checksum validate (Bitcask skips bad records the same way). A false match would need a
+32-bit header CRC and a 64-bit payload hash to collide, i.e. a value that embeds a whole valid record. A magic
+whose header checks but whose payload does not is not taken as a resync point (a value may embed a header), but
+it is reported as damaged too: it is most likely a record of the unreadable region.
 """
 
 from __future__ import annotations
@@ -118,13 +126,37 @@ def decode_header(buf: Any, off: int = 0) -> tuple[int, int, int, int, int, int]
     return rtype, klen, vlen, expire, lsn, csum
 
 
+class Damaged(NamedTuple):
+    """A record whose header checks but whose key + value do not match the header's checksum."""
+
+    rtype: int
+    key: bytes  # as read: not verified (for a DEL or EXPIRE, whose payload is the key alone, known to be wrong)
+    offset: int
+    record_len: int
+    expire: int
+    lsn: int
+    checksum: int  # xxh3_64 of the key + value that were written (of the key alone for DEL / EXPIRE)
+    in_region: bool  # found inside an unreadable region (``skipped`` or the tail) rather than on a record boundary
+
+
 class ScanResult(NamedTuple):
     records: list[Record]
-    skipped: list[tuple[int, int]]  # (offset, length) of corrupt regions skipped in the middle
-    good_end: int  # end of the last good record: everything after it is a torn/corrupt tail
+    skipped: list[tuple[int, int]]  # (offset, length) of unreadable regions (no header checks) skipped in the middle
+    good_end: int  # end of the last good or damaged record: everything after it is a torn/corrupt tail
+    damaged: list[Damaged]  # whole records whose header checks and payload does not (see "Damage" above)
 
 
-def _valid_at(buf: Any, mv: memoryview, pos: int, end: int, verify: bool) -> Record | None:
+def _valid_at(
+    buf: Any,
+    mv: memoryview,
+    pos: int,
+    end: int,
+    verify: bool,
+    damaged: list[Damaged] | None = None,
+    region: bool = False,
+) -> Record | None:
+    """The record at ``pos`` if its header and payload check; None otherwise, after adding it to ``damaged``
+    when its header checks, it fits before ``end`` and only the payload does not."""
     head = decode_header(buf, pos)
     if head is None:
         return None
@@ -134,6 +166,8 @@ def _valid_at(buf: Any, mv: memoryview, pos: int, end: int, verify: bool) -> Rec
         return None
     koff = pos + HDR_SIZE
     if verify and xxhash.xxh3_64_intdigest(mv[koff : pos + rec_len]) != csum:
+        if damaged is not None:
+            damaged.append(Damaged(rtype, bytes(mv[koff : koff + klen]), pos, rec_len, expire, lsn, csum, region))
         return None
     return Record(rtype, bytes(mv[koff : koff + klen]), pos, rec_len, vlen, expire, lsn)
 
@@ -148,20 +182,28 @@ def scan(
 ) -> ScanResult:
     """Walk the records of ``buf[start:end]`` (an mmap or bytes: anything with ``find`` and the buffer protocol).
 
-    With ``verify`` every payload checksum is checked. Bad regions followed by a valid record are skipped and
-    reported; a bad region with no valid record after it is the tail (``good_end`` stops before it).
+    With ``verify`` every payload checksum is checked. A record whose header checks but whose payload does not
+    is reported in ``damaged`` and stepped over (its length is vouched for by the header CRC). Unreadable regions
+    (no header checks) followed by a valid record are skipped and reported; an unreadable region with no valid
+    record after it is the tail (``good_end`` stops before it).
     """
     mv = memoryview(buf)
     records: list[Record] = []
     skipped: list[tuple[int, int]] = []
+    damaged: list[Damaged] = []
     pos = start
     good_end = start
     reported = start
     try:
         while pos < end:
-            rec = _valid_at(buf, mv, pos, end, verify)
+            n_damaged = len(damaged)
+            rec = _valid_at(buf, mv, pos, end, verify, damaged)
             if rec is None:
-                nxt = _resync(buf, mv, pos + 1, end, verify)
+                if len(damaged) > n_damaged:  # a whole record, damaged: step over it
+                    pos += damaged[-1].record_len
+                    good_end = pos
+                    continue
+                nxt = _resync(buf, mv, pos + 1, end, verify, damaged)
                 if nxt is None:
                     break
                 skipped.append((pos, nxt - pos))
@@ -177,10 +219,10 @@ def scan(
         mv.release()
     if progress is not None and good_end > reported:
         progress(good_end - reported)
-    return ScanResult(records, skipped, good_end)
+    return ScanResult(records, skipped, good_end, damaged)
 
 
-def _resync(buf: Any, mv: memoryview, pos: int, end: int, verify: bool) -> int | None:
+def _resync(buf: Any, mv: memoryview, pos: int, end: int, verify: bool, damaged: list[Damaged]) -> int | None:
     # Only where a whole header still fits can a record start. The bound is also what keeps this safe on an
     # mmap: CPython 3.11.0-3.11.4 (Debian bookworm ships 3.11.2) reads one byte past the ``end`` given to
     # ``mmap.find`` (gh-105235), which is a SIGSEGV when ``end`` is the end of a file whose size is a multiple
@@ -191,6 +233,6 @@ def _resync(buf: Any, mv: memoryview, pos: int, end: int, verify: bool) -> int |
         pos = buf.find(REC_MAGIC, pos, last)
         if pos < 0:
             return None
-        if _valid_at(buf, mv, pos, end, verify) is not None:
+        if _valid_at(buf, mv, pos, end, verify, damaged, region=True) is not None:
             return pos
         pos += 1

@@ -20,6 +20,23 @@ dead). The per-segment live byte counts and key hashes that maintenance needs ar
 
 Trade-off: corruption in the *middle* of the active segment is skipped rather than fatal (Redis refuses to
 start); kvd is a cache, so serving everything that verifies beats refusing to start.
+
+Damaged records. A record whose header still checks but whose key + value fail their checksum (record.py,
+"Damage") must not let the key fall back to an older version: a damaged SET drops the key (it is lost, not
+served at the version it overwrote). A damaged DEL or EXPIRE (its payload is the key alone, so the key bytes are
+the damaged part) is repaired: the header keeps the checksum of the key it was written for, so the live key
+whose xxh3 matches it is the one it applied to, and the tombstone is applied to that key. Because the damaged
+record itself cannot be trusted at the next start (a sealed segment's fresh hint leaves it out, compaction drops
+it), recovery then appends, with fresh LSNs, a DEL for every such key that ended up absent and an EXPIRE carrying
+the TTL a repaired EXPIRE decided; the warning names the keys. What recovery cannot undo is a region in which no
+header checks at all (``ScanResult.skipped`` and unreadable tails): nothing says which keys were written there,
+so a key whose newest record was in it is served at its previous state (older value, or back after a DEL). The
+warning says so.
+
+Names. Only names kvd writes are kvd's: ``<10 digits>.seg`` / ``.hint`` and the temporary files of hints and
+compaction (``<10 digits>.seg.tmp``, ``.hint.tmp``, ``.hint.part.tmp``), which recovery removes. Any other file
+that looks like one (a digit stem, ``.seg`` / ``.hint`` in the name, a ``tmp`` extension) is left alone with a
+one-line warning naming it. Every OSError raised while recovering names the file it concerns.
 """
 
 from __future__ import annotations
@@ -28,21 +45,62 @@ import contextlib
 import fcntl
 import mmap
 import os
+import re
 import resource
+import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import xxhash
+
 from .base import Location, PersistError, RecoveredKeys, RecoveryReport
 from .keyfilter import KeyFilter
-from .record import DEL, EXPIRE, FILE_HDR_SIZE, FLUSH, SET, Record, decode_file_header, encode_file_header, scan
+from .record import (
+    DEL,
+    EXPIRE,
+    FILE_HDR_SIZE,
+    FLUSH,
+    HDR_SIZE,
+    SET,
+    TYPE_NAMES,
+    Damaged,
+    Record,
+    checksum,
+    decode_file_header,
+    decode_header,
+    encode_file_header,
+    encode_header,
+    scan,
+)
 from .segment import Segment, fsync_dir, read_hint, write_hint
 
 State = RecoveredKeys  # key -> (loc, expire, set_lsn, expire_lsn)
 
 
 _new = tuple.__new__  # Location(...) without its Python frame: once per recovered record
+
+_OURS = re.compile(r"(\d{10})\.(seg|hint)")
+_OUR_TMP = re.compile(r"\d{10}\.(seg\.tmp|hint\.tmp|hint\.part\.tmp)")  # segment.py's _tmp_path, HintBuilder
+# Other files kvd keeps in its directory (the lock, kvd/replication.py's identity files), never warned about.
+_OTHER_KVD = re.compile(r"LOCK|(replication|replica-link)\.id(\.tmp)?")
+
+
+def _looks_like_ours(name: str) -> bool:
+    stem, _, ext = name.partition(".")
+    return stem.isdigit() or ".seg" in name or ".hint" in name or ext.endswith("tmp")
+
+
+def _show(key: bytes) -> str:
+    return repr(key) if len(key) <= 64 else f"{key[:60]!r}... ({len(key)} bytes)"
+
+
+def _named(path: Path, exc: OSError) -> OSError:
+    """``exc`` with the file it concerns (an fd-based call's error names none)."""
+    if exc.filename is not None:
+        return exc
+    return OSError(exc.errno, exc.strerror or str(exc), str(path))
 
 
 @dataclass
@@ -70,8 +128,12 @@ def lock_directory(directory: Path) -> int:
             holder = "?"
         os.close(fd)
         raise PersistError(f"{directory} is in use by another kvd process (pid {holder} holds {path})") from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    except OSError as exc:
+        os.close(fd)
+        raise _named(path, exc) from None
     return fd
 
 
@@ -114,6 +176,64 @@ def apply(state: State, records: list[Record], seg_id: int, flush_lsn: list[int]
     return state
 
 
+def apply_damaged(state: State, damaged: list[Damaged], touched: dict[bytes, int]) -> list[str]:
+    """Apply a segment's damaged records (after ``apply`` of its good ones: every rule below compares LSNs, so
+    the order within the segment does not matter). A damaged SET drops its key if the state holds an older
+    version; a damaged DEL / EXPIRE is matched to its key by the checksum in its header and applied. The keys
+    concerned go into ``touched`` (key -> the damaged record's LSN). Returns what was done, one phrase per record."""
+    notes: list[str] = []
+    by_hash: dict[int, bytes] | None = None
+    for d in damaged:
+        name = TYPE_NAMES.get(d.rtype, "?")
+        where = f"{name} at offset {d.offset}"
+        if d.rtype == SET:
+            key = d.key
+            cur = state.get(key)
+            touched[key] = max(touched.get(key, 0), d.lsn)
+            if cur is not None and cur[2] < d.lsn:
+                del state[key]
+                notes.append(f"{where}: key {_show(key)} dropped (not served at its older version)")
+            else:
+                notes.append(f"{where}: key {_show(key)} (as read; no older version of it to drop)")
+        elif d.rtype in (DEL, EXPIRE):
+            if by_hash is None:
+                lengths = {len(x.key) for x in damaged if x.rtype in (DEL, EXPIRE)}
+                by_hash = {xxhash.xxh3_64_intdigest(k): k for k in state if len(k) in lengths}
+            key = by_hash.get(d.checksum)  # type: ignore[assignment]
+            cur = state.get(key) if key is not None else None
+            if key is None or cur is None or cur[2] >= d.lsn:
+                notes.append(f"{where}: no live key it could apply to (nothing older comes back)")
+                continue
+            touched[key] = max(touched.get(key, 0), d.lsn)
+            if d.rtype == DEL:
+                del state[key]
+                notes.append(f"{where}: key {_show(key)} found by its checksum, deleted")
+            elif cur[3] < d.lsn:
+                state[key] = (cur[0], d.expire, cur[2], d.lsn)
+                notes.append(f"{where}: key {_show(key)} found by its checksum, TTL applied")
+        else:
+            notes.append(f"{where}: ignored")
+    return notes
+
+
+def _record_fixes(state: State, touched: dict[bytes, int], next_lsn: int) -> tuple[bytes, int]:
+    """Durable records of what damaged records decided (see "Damaged records"): a DEL for each touched key that
+    is absent now, an EXPIRE with the current TTL where a repaired EXPIRE set it. Fresh LSNs from ``next_lsn``."""
+    out: list[bytes] = []
+    lsn = next_lsn
+    for key, dlsn in touched.items():
+        cur = state.get(key)
+        if cur is None:
+            rtype, expire = DEL, 0
+        elif cur[3] == dlsn and cur[2] < dlsn:
+            rtype, expire = EXPIRE, cur[1]
+        else:
+            continue  # a newer record decides the key, and is on disk
+        out.append(encode_header(rtype, len(key), 0, expire, lsn, checksum(key, b"")) + key)
+        lsn += 1
+    return b"".join(out), len(out)
+
+
 def recover(
     directory: Path,
     segment_size: int,
@@ -130,20 +250,30 @@ def recover(
 
     seg_ids: list[int] = []
     hints: set[int] = set()
-    for name in os.listdir(directory):
-        stem, _, ext = name.partition(".")
-        if ext.endswith("tmp"):
+    for name in sorted(os.listdir(directory)):
+        m = _OURS.fullmatch(name)
+        if m is not None:
+            (seg_ids.append if m[2] == "seg" else hints.add)(int(m[1]))
+        elif _OUR_TMP.fullmatch(name):
             with contextlib.suppress(OSError):
                 os.unlink(directory / name)
-        elif ext in ("seg", "hint") and stem.isdigit():
-            (seg_ids.append if ext == "seg" else hints.add)(int(stem))
+        elif _looks_like_ours(name) and not _OTHER_KVD.fullmatch(name):
+            warn(f"ignoring {directory / name}: not a name kvd writes (left as it is)")
     seg_ids.sort()
     for orphan in hints - set(seg_ids):  # the segment was unlinked before its hint
         with contextlib.suppress(OSError):
             os.unlink(directory / f"{orphan:010d}.hint")
     _raise_fd_limit(len(seg_ids))
 
-    sizes = {sid: os.stat(directory / f"{sid:010d}.seg").st_size for sid in seg_ids}
+    sizes: dict[int, int] = {}
+    for sid in list(seg_ids):
+        path = directory / f"{sid:010d}.seg"
+        st = os.stat(path)  # its error names the file
+        if not stat.S_ISREG(st.st_mode):
+            warn(f"ignoring {path}: not a regular file (left as it is)")
+            seg_ids.remove(sid)
+            continue
+        sizes[sid] = st.st_size
     total = sum(sizes.values())
     done = 0
 
@@ -158,65 +288,44 @@ def recover(
     max_lsn = 0
     segments: dict[int, Segment] = {}
     last_unsealed = False
+    last_records: list[Record] | None = None  # the last segment's verified records, when it was scanned
+    touched: dict[bytes, int] = {}  # keys decided by damaged records (apply_damaged)
     for i, sid in enumerate(seg_ids):
         last = i == len(seg_ids) - 1
         seg = Segment(directory, sid)
-        seg.fd = os.open(seg.path, os.O_RDWR if last else os.O_RDONLY)
-        size = sizes[sid]
-        records = read_hint(seg, size) if sid in hints else None
-        if records is not None:
-            report.hint_files_used += 1
-            advance(size)
-            last_unsealed = last  # a clean close indexed it; appends may still continue in it
-        else:
-            if sid in hints:
-                warn(f"hint file {seg.hint_path.name} is invalid; scanning {seg.path.name}")
-            head_ok = size >= FILE_HDR_SIZE and decode_file_header(os.pread(seg.fd, FILE_HDR_SIZE, 0)) == sid
-            if not head_ok:
-                warn(f"{seg.path.name}: bad or torn file header")
-            if size > FILE_HDR_SIZE:
-                with mmap.mmap(seg.fd, size, prot=mmap.PROT_READ) as mm:
-                    res = scan(mm, FILE_HDR_SIZE, size, verify=True, progress=advance)
-                advance(size - (res.good_end - FILE_HDR_SIZE))  # the scan reported the good part
-            else:
-                res = scan(b"", 0, 0)
+        try:
+            seg.fd = os.open(seg.path, os.O_RDWR if last else os.O_RDONLY)
+            size = sizes[sid]
+            records = read_hint(seg, size) if sid in hints else None
+            damaged: list[Damaged] = []
+            if records is not None:
+                report.hint_files_used += 1
                 advance(size)
-            records = res.records
-            for off, length in res.skipped:
-                warn(f"{seg.path.name}: skipped {length} corrupt bytes at offset {off}")
-            report.skipped_records += len(res.skipped)
-            good_end = max(res.good_end, FILE_HDR_SIZE)
-            if last:
-                if not head_ok and not records:
-                    # Crashed while creating it: start the file over.
-                    report.truncated_bytes += size
-                    os.ftruncate(seg.fd, 0)
-                    os.pwrite(seg.fd, encode_file_header(sid), 0)
-                    os.fdatasync(seg.fd)
-                    size = FILE_HDR_SIZE
-                    warn(f"{seg.path.name}: rewrote a torn segment file ({sizes[sid]} bytes)")
-                elif good_end < size:
-                    warn(
-                        f"!!! truncating the torn tail of {seg.path.name} at offset {good_end} "
-                        f"({size - good_end} bytes)"
-                    )
-                    report.truncated_bytes += size - good_end
-                    os.ftruncate(seg.fd, good_end)
-                    os.fdatasync(seg.fd)
-                    size = good_end
-                last_unsealed = True
+                last_unsealed = last  # a clean close indexed it; appends may still continue in it
             else:
-                if good_end < size:
-                    report.skipped_records += 1
-                    warn(f"{seg.path.name}: ignored {size - good_end} corrupt trailing bytes at offset {good_end}")
-                try:
-                    write_hint(seg, size, records)
-                except OSError as exc:
-                    warn(f"could not rewrite hint for {seg.path.name}: {exc.strerror}")
+                records, damaged, size = _scan_segment(seg, size, last, sid in hints, report, warn, advance)
+                if last:
+                    last_unsealed = True
+                    last_records = records
+                else:
+                    try:
+                        write_hint(seg, size, records)
+                    except OSError as exc:
+                        warn(f"could not rewrite hint for {seg.path.name}: {exc.strerror}")
+        except OSError as exc:
+            raise _named(seg.path, exc) from None
         for r in records:
             if r.lsn > max_lsn:
                 max_lsn = r.lsn
         state = apply(state, records, sid, flush_lsn)
+        if damaged:
+            max_lsn = max(max_lsn, *(d.lsn for d in damaged))
+            notes = apply_damaged(state, damaged, touched)
+            shown = "; ".join(notes[:8]) + (f"; and {len(notes) - 8} more" if len(notes) > 8 else "")
+            warn(
+                f"{seg.path.name}: {len(damaged)} damaged record(s) (header intact, key + value fail their "
+                f"checksum): {shown}"
+            )
         seg.size = size
         seg.set_keys = KeyFilter(hash(r.key) for r in records if r.rtype == SET)  # sealed once the log starts
         segments[sid] = seg
@@ -245,7 +354,7 @@ def recover(
                 os.unlink(cand.hint_path)
         else:
             try:
-                write_hint(cand, cand.size, _records_for_hint(cand))
+                write_hint(cand, cand.size, last_records if last_records is not None else _records_for_hint(cand))
             except OSError as exc:
                 warn(f"could not write hint for {cand.path.name}: {exc.strerror}")
     if active is None:
@@ -258,11 +367,108 @@ def recover(
         if seg is not active:
             seg.sealed = seg.ready = True
 
+    next_lsn = max_lsn + 1
+    if touched:
+        fixes, count = _record_fixes(state, touched, next_lsn)
+        if count and _write_fixes(active, fixes, count, warn):
+            next_lsn += count
+
     report.keys = len(state)
     report.bytes = total
     report.segments = len(segments)
     report.seconds = time.monotonic() - started
-    return Recovered(state, report, segments, active, active.size, max_lsn + 1)
+    return Recovered(state, report, segments, active, active.size, next_lsn)
+
+
+_REGION_COST = (
+    "no record header in them checks, so which keys were written there is unknown: a key whose newest record was "
+    "there is served at its previous state (an older value, or back after a DEL)"
+)
+
+
+def _scan_segment(
+    seg: Segment,
+    size: int,
+    last: bool,
+    had_hint: bool,
+    report: RecoveryReport,
+    warn: Callable[[str], None],
+    advance: Callable[[int], None],
+) -> tuple[list[Record], list[Damaged], int]:
+    """Scan a segment that has no usable hint: its verified records, its damaged ones, and its size after
+    repair (the last segment's torn tail is cut off)."""
+    name = seg.path.name
+    if had_hint:
+        warn(f"hint file {seg.hint_path.name} is invalid; scanning {name}")
+    head_ok = size >= FILE_HDR_SIZE and decode_file_header(os.pread(seg.fd, FILE_HDR_SIZE, 0)) == seg.id
+    if not head_ok:
+        warn(f"{name}: bad or torn file header")
+    if size > FILE_HDR_SIZE:
+        with mmap.mmap(seg.fd, size, prot=mmap.PROT_READ) as mm:
+            res = scan(mm, FILE_HDR_SIZE, size, verify=True, progress=advance)
+            tail_head = decode_header(mm, res.good_end) if res.good_end + HDR_SIZE <= size else None
+        advance(size - (res.good_end - FILE_HDR_SIZE))  # the scan reported the good part
+    else:
+        res = scan(b"", 0, 0)
+        tail_head = None
+        advance(size)
+    for off, length in res.skipped:
+        warn(f"{name}: skipped {length} unreadable bytes at offset {off}: {_REGION_COST}")
+    # One per damaged record, one per unreadable region (it held at least one record: how many is unknown).
+    report.skipped_records += len(res.skipped) + len(res.damaged)
+    report.damaged_records += len(res.damaged)
+    good_end = max(res.good_end, FILE_HDR_SIZE)
+    if good_end < size:
+        if tail_head is not None:
+            what = "an incomplete last record (its header checks, the file ends inside it): a torn write"
+        elif size - good_end < HDR_SIZE:
+            what = "an incomplete last record header: a torn write"
+        else:
+            what = (
+                "no record header checks in them: a torn write, or damage to the records there; "
+                "if those were acknowledged, their keys may be served at their previous state"
+            )
+    if last:
+        if not head_ok and not res.records and not res.damaged:
+            # Crashed while creating it: start the file over.
+            report.truncated_bytes += size
+            os.ftruncate(seg.fd, 0)
+            os.pwrite(seg.fd, encode_file_header(seg.id), 0)
+            os.fdatasync(seg.fd)
+            warn(f"{name}: rewrote a torn segment file ({size} bytes)")
+            size = FILE_HDR_SIZE
+        elif good_end < size:
+            warn(f"!!! truncating the tail of {name} at offset {good_end} ({size - good_end} bytes): {what}")
+            report.truncated_bytes += size - good_end
+            os.ftruncate(seg.fd, good_end)
+            os.fdatasync(seg.fd)
+            size = good_end
+    elif good_end < size:
+        report.skipped_records += 1
+        warn(f"{name}: ignored {size - good_end} corrupt trailing bytes at offset {good_end}: {what}")
+    return res.records, res.damaged, size
+
+
+def _write_fixes(active: Segment, data: bytes, count: int, warn: Callable[[str], None]) -> bool:
+    """Append the records of ``_record_fixes`` to the active segment and sync them; False (warned) on error."""
+    try:
+        view = memoryview(data)
+        off = active.size
+        while view:
+            n = os.pwrite(active.fd, view, off)
+            off += n
+            view = view[n:]
+        os.fdatasync(active.fd)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.ftruncate(active.fd, active.size)
+        warn(
+            f"could not record the {count} key(s) that damaged records decided in {active.path.name}: "
+            f"{exc.strerror}; at the next start they may be served at their previous state"
+        )
+        return False
+    active.size += len(data)
+    return True
 
 
 def _records_for_hint(seg: Segment) -> list[Record]:

@@ -292,6 +292,39 @@ def test_unusable_dir_is_a_one_line_error(tmp_path):
     assert proc.stderr.count("\n") == 1 and "dir" in proc.stderr
 
 
+@pytest.mark.kvd_only  # kvd's segment directory
+def test_files_kvd_did_not_write_are_left_alone_with_a_warning(server_factory):
+    """A stray ``12.seg`` once stopped kvd from starting (it looked up ``0000000012.seg``), ``00000000001.seg``
+    was read as a second copy of segment 1, and every ``*tmp`` file in the directory was deleted."""
+    srv = server_factory("--persistence", "yes")
+    srv.client().set("x", "1")
+    srv.stop()
+    strangers = ["12.seg", "00000000001.seg", "notes.tmp", "x.bak.tmp"]
+    for name in strangers:
+        (srv.dir / name).write_bytes(b"not kvd's" * 100)
+    srv.start()
+    assert srv.client().get("x") == b"1"
+    srv.stop()
+    log = srv.stderr_text()
+    for name in strangers:
+        assert (srv.dir / name).exists()
+        assert f"ignoring {srv.dir / name}: not a name kvd writes" in log
+
+
+def test_unreadable_segment_is_a_one_line_error_naming_it(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "0000000001.seg").symlink_to(tmp_path / "missing")  # a segment recovery cannot open
+    proc = subprocess.run(
+        [sys.executable, "-m", "kvd", "--port", "7394", "--dir", str(data)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and f"{data / '0000000001.seg'}: No such file" in proc.stderr, proc.stderr
+
+
 @pytest.mark.kvd_only  # starts kvd itself on the directory
 def test_second_daemon_on_same_dir_is_refused(server_factory):
     srv = server_factory("--persistence", "yes")
