@@ -172,8 +172,10 @@ class Settings:
     )
     tcp_backlog: int = _key("int", 511, "listen() backlog", "Network", low=1, high=65535)
     tcp_keepalive: int = _key("int", 300, "TCP keepalive interval in seconds (0 = off)", "Network", low=0, runtime=True)
-    timeout: int = _key("int", 0, "close clients idle this many seconds (0 = never)", "Network", low=0, runtime=True)
-    maxclients: int = _key("int", 10000, "most simultaneous clients", "Network", low=1, runtime=True)
+    timeout: int = _key(
+        "int", 0, "close clients idle this many seconds (0 = never)", "Network", low=0, high=2**31 - 1, runtime=True
+    )
+    maxclients: int = _key("int", 10000, "most simultaneous clients", "Network", low=1, high=2**32 - 1, runtime=True)
     hz: int = _key(
         "int",
         10,
@@ -410,8 +412,9 @@ class Settings:
     slowlog_log_slower_than: int = _key(
         "int",
         10000,
-        "SLOWLOG keeps commands that took this many microseconds or more (0 = every command, negative = none)",
+        "SLOWLOG keeps commands that took this many microseconds or more (0 = every command, -1 = none)",
         "Diagnostics",
+        low=-1,
         runtime=True,
     )
     slowlog_max_len: int = _key("int", 128, "SLOWLOG keeps this many entries", "Diagnostics", low=0, runtime=True)

@@ -320,7 +320,8 @@ def restore(c: Client, argv: list[Any]) -> None:
     except PayloadError as exc:
         raise CommandError(exc.message) from None
     deadline = (ttl if absttl else now_ms() + ttl) if ttl else 0
-    if deadline and deadline <= now_ms():  # already expired: the old key goes, no new one comes
+    # A relative TTL past 2**63 - 1 ms wraps negative in Redis (ttl += mstime()): the key counts as expired.
+    if deadline and (deadline <= now_ms() or deadline >= 1 << 63):  # expired: the old key goes, no new one comes
         if existed and ks.delete(key):
             notify(ks, GENERIC, b"del", key)
         c.reply.ok()
@@ -607,8 +608,10 @@ def scan(c: Client, argv: list[Any]) -> None:
     next_cursor, found = c.keyspace.scan_page(cursor, count)
     if pattern is not None and pattern != b"*":
         found = [k for k in found if glob_match(pattern, k)]
-    if type_filter is not None and type_filter != b"string":
-        found = []  # every kvd value is a string (Redis 7.0 also answers unknown type names with nothing)
+    if type_filter is not None:
+        c.keyspace.stats.keyspace_hits += len(found)  # Redis looks each one up to learn its type: a hit each
+        if type_filter != b"string":
+            found = []  # every kvd value is a string (Redis 7.0 also answers unknown type names with nothing)
     c.reply.array(2)
     c.reply.bulk(b"%d" % next_cursor)
     c.reply.bulk_array(found)

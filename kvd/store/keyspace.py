@@ -496,8 +496,9 @@ class Keyspace:
             entry.atime = lfu.touched(entry.atime) if lfu is not None else self.ram.clock
 
     def touch(self, key: bytes) -> bool:
-        """TOUCH: a live key becomes the most recently used (a cold one stays on disk); False if missing."""
-        entry = self.lookup(key)
+        """TOUCH: a live key becomes the most recently used (a cold one stays on disk); False if missing. A hit
+        or a miss, as Redis's lookupKeyRead counts it."""
+        entry = self.lookup_read(key)
         if entry is None:
             return False
         if entry.value is not None:

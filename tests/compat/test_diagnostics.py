@@ -421,3 +421,21 @@ def test_client_list_names_the_last_command_as_redis_does(server):
         ):
             c.command(*request)
             assert last() == expected, request
+
+
+def test_touch_and_scan_type_count_hits_and_misses_as_redis(server):
+    """TOUCH looks its keys up as a read (a hit or a miss each); SCAN with TYPE looks each key up for its type."""
+    r = server.client()
+    r.mset({"a": 1, "b": 2, "c": 3})
+
+    def counts() -> tuple[int, int]:
+        info = r.info("stats")
+        return info["keyspace_hits"], info["keyspace_misses"]
+
+    hits, misses = counts()
+    assert r.touch("a", "b", "nosuch") == 2
+    assert counts() == (hits + 2, misses + 1)
+    hits, misses = counts()
+    cursor, keys = r.scan(0, count=100, _type="string")
+    assert cursor == 0 and sorted(keys) == [b"a", b"b", b"c"]
+    assert counts() == (hits + 3, misses)

@@ -204,8 +204,9 @@ def test_tables_are_not_keys(tmp_path: Path) -> None:
         ("port = true", "port: expected an integer 0-65535, got True"),
         ("port = 70000", "port: expected an integer 0-65535, got 70000"),
         ("port = -1", "port: expected an integer 0-65535, got -1"),
-        ("maxclients = 0", "maxclients: expected an integer >= 1, got 0"),
-        ("timeout = -5", "timeout: expected an integer >= 0, got -5"),
+        ("maxclients = 0", "maxclients: expected an integer 1-4294967295, got 0"),
+        ("maxclients = 4294967296", "maxclients: expected an integer 1-4294967295, got 4294967296"),
+        ("timeout = -5", "timeout: expected an integer 0-2147483647, got -5"),
         ('appendfsync = "maybe"', "appendfsync: expected one of always, everysec, no, got 'maybe'"),
         (
             'maxmemory-policy = "volatile-oldest"',
@@ -462,7 +463,8 @@ def test_apply_runtime_refuses_start_up_keys(key: str) -> None:
     [
         ("maxmemroy", "1gb", "unknown key 'maxmemroy' (did you mean 'maxmemory'?)"),
         ("maxmemory", "lots", "maxmemory: expected a size like 512mb or 4GiB, got 'lots'"),
-        ("maxclients", "0", "maxclients: expected an integer >= 1, got '0'"),
+        ("maxclients", "0", "maxclients: expected an integer 1-4294967295, got '0'"),
+        ("slowlog-log-slower-than", "-2", "slowlog-log-slower-than: expected an integer >= -1, got '-2'"),
         ("appendfsync", "maybe", "appendfsync: expected one of always, everysec, no, got 'maybe'"),
         ("proto-max-bulk-len", "1kb", "proto-max-bulk-len: expected a size of at least 1mb, got '1kb'"),
         (
