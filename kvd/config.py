@@ -173,7 +173,13 @@ class Settings:
     tcp_backlog: int = _key("int", 511, "listen() backlog", "Network", low=1, high=65535)
     tcp_keepalive: int = _key("int", 300, "TCP keepalive interval in seconds (0 = off)", "Network", low=0, runtime=True)
     timeout: int = _key(
-        "int", 0, "close clients idle this many seconds (0 = never)", "Network", low=0, high=2**31 - 1, runtime=True
+        "int",
+        0,
+        "close clients idle this many seconds (0 = never; as Redis, never replicas, monitors, subscribers or waiting clients)",
+        "Network",
+        low=0,
+        high=2**31 - 1,
+        runtime=True,
     )
     maxclients: int = _key("int", 10000, "most simultaneous clients", "Network", low=1, high=2**32 - 1, runtime=True)
     hz: int = _key(
