@@ -175,7 +175,7 @@ class Settings:
     timeout: int = _key(
         "int",
         0,
-        "close clients idle this many seconds (0 = never; as Redis, never replicas, monitors, subscribers or waiting clients)",
+        "close clients idle this many seconds (0 = never; never replicas, monitors, subscribers, waiting clients)",
         "Network",
         low=0,
         high=2**31 - 1,

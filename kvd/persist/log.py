@@ -114,6 +114,9 @@ class SegmentLog(SegmentLogHooks):
         self._submit_scheduled = False
         self._inflight: deque[_Inflight] = deque()
         self._inflight_dead: set[Location] = set()
+        # Records a rewrite in place copied after their key was written again (note_moved), with the ticket of
+        # the last append then: a ``Before`` of a write in flight may still name their old place.
+        self._moved: deque[tuple[int, dict[Location, Location]]] = deque()
         self._pending_bytes = 0
         self._barriers: deque[tuple[int, Callable[[BaseException | None], None]]] = deque()  # (ticket, waiter)
         self._w_seg = 0  # the writer's last reported position: everything before it is readable
@@ -451,6 +454,9 @@ class SegmentLog(SegmentLogHooks):
             return
         self._w_seg, self._w_end = seg_id, end
         self._done_ticket = ticket
+        moved = self._moved
+        while moved and moved[0][0] <= ticket:
+            moved.popleft()
         inflight = self._inflight
         dead = self._inflight_dead
         pending = self._pending_bytes
@@ -506,10 +512,14 @@ class SegmentLog(SegmentLogHooks):
                 copied[loc] = None
                 undo.setdefault(key, (None, 0))
         for key, before in undo.items():
-            if before[0] is not None and before[0] in copied:  # a later write replaced a lost copy: the original
-                self._undo(key, (copied[before[0]], before[1]), counted=True)
+            loc = before[0]
+            for _, moved in self._moved:  # copied by a rewrite in place while the write was in flight
+                loc = moved.get(loc, loc)  # type: ignore[arg-type]
+            if loc is not None and loc in copied:  # a later write replaced a lost copy: the original
+                self._undo(key, (copied[loc], before[1]), counted=True)
             else:
-                self._undo(key, before)
+                self._undo(key, (loc, before[1]))
+        self._moved.clear()
         # Segments the loop rolled to but the writer never created are forgotten; the failed one stops at good_end.
         for sid in [s for s in self._segments if s > seg_id]:
             seg = self._segments.pop(sid)
@@ -529,6 +539,12 @@ class SegmentLog(SegmentLogHooks):
             self.job.aborted = True
         self.logger.error("%s; refusing writes until the disk accepts them again", message)
         self._schedule_probe()
+
+    def note_moved(self, moved: dict[Location, Location]) -> None:
+        """A rewrite in place copied these records (old place -> new) after their keys were written again. Until
+        those writes are done, one that fails must send its key back to the copy, not to the file that is gone."""
+        if moved and self._inflight:
+            self._moved.append((self._ticket, moved))
 
     def _undo(self, key: bytes, before: Before, counted: bool = False) -> None:
         """Put a key whose writes were lost back as it was (``owner.undo``). The record it goes back to was made

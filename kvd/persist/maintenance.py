@@ -235,6 +235,7 @@ async def _rewrite_in_place(log: SegmentLog, job: Job, keep: list[Record]) -> No
     log.compactions += 1
     log.rewritten_bytes += size - FILE_HDR_SIZE
     offset = FILE_HDR_SIZE
+    moved: dict[Location, Location] = {}
     for n, r in enumerate(keep):
         if n % SCAN_YIELD_EVERY == SCAN_YIELD_EVERY - 1:
             await asyncio.sleep(0)
@@ -243,11 +244,15 @@ async def _rewrite_in_place(log: SegmentLog, job: Job, keep: list[Record]) -> No
         if r.rtype == SET:
             new.set_keys.add(hash(r.key))
             old_loc = Location(seg.key, r.offset, r.record_len, r.value_len)
+            new_loc = Location(new.key, offset, r.record_len, r.value_len)
             if owner.live_expire(r.key, old_loc) is not None:
-                owner.relocated(r.key, old_loc, Location(new.key, offset, r.record_len, r.value_len))
+                owner.relocated(r.key, old_loc, new_loc)
                 new.live += r.record_len
                 seg.live = max(0, seg.live - r.record_len)
+            else:  # written again since the copy: if that write fails, the key comes back here (log.note_moved)
+                moved[old_loc] = new_loc
         offset += r.record_len
+    log.note_moved(moved)
     assert log._maint is not None
     log._maint.submit(new.set_keys.seal)  # every kept key is in; until it is built the filter answers yes
     if log._segments.get(seg.key) is seg:

@@ -31,7 +31,9 @@ it), recovery then appends, with fresh LSNs, a DEL for every such key that ended
 the TTL a repaired EXPIRE decided; the warning names the keys. What recovery cannot undo is a region in which no
 header checks at all (``ScanResult.skipped`` and unreadable tails): nothing says which keys were written there,
 so a key whose newest record was in it is served at its previous state (older value, or back after a DEL). The
-warning says so.
+warning says so. The active segment's damaged records with no good record after them are the exception: they
+are what a crash tears, a write that was not yet durable, so they are cut off as a torn tail and their keys fall
+back, as after any torn write.
 
 Names. Only names kvd writes are kvd's: ``<10 digits>.seg`` / ``.hint`` and the temporary files of hints and
 compaction (``<10 digits>.seg.tmp``, ``.hint.tmp``, ``.hint.part.tmp``), which recovery removes. Any other file
@@ -189,8 +191,8 @@ def apply_damaged(state: State, damaged: list[Damaged], touched: dict[bytes, int
         if d.rtype == SET:
             key = d.key
             cur = state.get(key)
-            touched[key] = max(touched.get(key, 0), d.lsn)
             if cur is not None and cur[2] < d.lsn:
+                touched[key] = max(touched.get(key, 0), d.lsn)  # a DEL is logged for it (once: it then holds)
                 del state[key]
                 notes.append(f"{where}: key {_show(key)} dropped (not served at its older version)")
             else:
@@ -414,12 +416,26 @@ def _scan_segment(
         advance(size)
     for off, length in res.skipped:
         warn(f"{name}: skipped {length} unreadable bytes at offset {off}: {_REGION_COST}")
-    # One per damaged record, one per unreadable region (it held at least one record: how many is unknown).
-    report.skipped_records += len(res.skipped) + len(res.damaged)
-    report.damaged_records += len(res.damaged)
+    damaged = res.damaged
     good_end = max(res.good_end, FILE_HDR_SIZE)
+    torn_record = False
+    if last and damaged:
+        # Damaged records at the very end of the active segment, with no good record after them, are most
+        # likely a write the crash tore (never acknowledged, or acknowledged before an fsync that never came):
+        # cut off as a torn tail, so the key falls back to what it was before, rather than dropped.
+        after = max((r.offset + r.record_len for r in res.records), default=FILE_HDR_SIZE)
+        tail = [d for d in damaged if d.offset >= after and not d.in_region]
+        if tail:
+            good_end = min(d.offset for d in tail)
+            damaged = [d for d in damaged if d not in tail]
+            torn_record = True
+    # One per damaged record, one per unreadable region (it held at least one record: how many is unknown).
+    report.skipped_records += len(res.skipped) + len(damaged)
+    report.damaged_records += len(damaged)
     if good_end < size:
-        if tail_head is not None:
+        if torn_record:
+            what = "a last record whose key + value fail their checksum: a torn write"
+        elif tail_head is not None:
             what = "an incomplete last record (its header checks, the file ends inside it): a torn write"
         elif size - good_end < HDR_SIZE:
             what = "an incomplete last record header: a torn write"
@@ -446,7 +462,7 @@ def _scan_segment(
     elif good_end < size:
         report.skipped_records += 1
         warn(f"{name}: ignored {size - good_end} corrupt trailing bytes at offset {good_end}: {what}")
-    return res.records, res.damaged, size
+    return res.records, damaged, size
 
 
 def _write_fixes(active: Segment, data: bytes, count: int, warn: Callable[[str], None]) -> bool:

@@ -88,9 +88,17 @@ async def test_damaged_set_drops_the_key_instead_of_serving_its_older_version(se
     if not hinted_next:  # scanned again: the damaged record and the DEL both say so
         for hint in seg_dir.glob("*.hint"):
             hint.unlink()
+    size = seg.stat().st_size
     log, owner, report = await _restart(seg_dir)
     assert b"k" not in owner.entries
     await log.close()
+    if not hinted_next:  # a third start scans it again and appends nothing more
+        for hint in seg_dir.glob("*.hint"):
+            hint.unlink()
+        log, owner, report = await _restart(seg_dir)
+        assert b"k" not in owner.entries
+        await log.close()
+        assert seg.stat().st_size == size
 
 
 async def test_damaged_del_is_repaired_from_its_checksum(seg_dir: Path) -> None:
@@ -127,20 +135,31 @@ async def test_damaged_expire_is_repaired_from_its_checksum(seg_dir: Path) -> No
     await log.close()
 
 
-async def test_damaged_last_record_is_not_called_a_torn_tail(seg_dir: Path) -> None:
-    """A complete, fsynced last record that fails its checksum is damage, not a torn write: it is reported as a
-    damaged record (the key dropped), and nothing is truncated."""
+async def test_a_damaged_last_record_of_the_active_segment_is_a_torn_write(seg_dir: Path) -> None:
+    """A last record of the active segment whose header checks and payload does not is most likely a write the
+    crash tore: it is cut off as a torn tail (its key falls back to what it was before), not logged as damage,
+    and the next start finds nothing to do (a DEL was once appended for it at every start)."""
     await _history(seg_dir)
+    log, owner, _ = await open_log(seg_dir, segment_size=SEG)
+    owner.set(b"k", b"TORN" * 1000)  # the last record: "k" was b"NEW" * 1000 before it
+    await settle(log)
+    await log.close()
     seg = _last_segment(seg_dir)
-    rec = _find(seg, SET, b"after")
+    rec = _find(seg, SET, b"k")
     assert rec.offset + rec.record_len == seg.stat().st_size
     _flip(seg, rec.offset + rec.record_len - 1)
     seg.with_suffix(".hint").unlink()
     log, owner, report = await _restart(seg_dir)
-    assert b"after" not in owner.entries
-    assert report.truncated_bytes == 0 and report.damaged_records == 1
-    assert not any("truncating" in w for w in report.warnings), report.warnings
+    assert bytes(await owner.get(b"k")) == b"NEW" * 1000
+    assert report.truncated_bytes == rec.record_len and report.damaged_records == 0
+    assert any("torn write" in w for w in report.warnings), report.warnings
     await log.close()
+    size = seg.stat().st_size
+    seg.with_suffix(".hint").unlink(missing_ok=True)
+    log, owner, report = await _restart(seg_dir)
+    assert bytes(await owner.get(b"k")) == b"NEW" * 1000 and report.truncated_bytes == 0
+    await log.close()
+    assert seg.stat().st_size == size
 
 
 async def test_torn_tail_is_called_a_torn_write(seg_dir: Path) -> None:

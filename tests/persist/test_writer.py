@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from persist_helpers import inject_fault, now_ms, open_log, reopen, settle, wait_for
 
-from kvd.persist import PersistError, SegmentLog
+from kvd.persist import PersistError, SegmentLog, maintenance
 from kvd.persist.record import HDR_SIZE
 from kvd.persist.writer import STALL_BUDGET, STALL_REFILL
 
@@ -181,6 +181,61 @@ async def test_lost_writes_change_nothing(seg_dir: Path) -> None:
     assert set(owner.entries) == {b"over", b"twice", b"gone", b"timed", b"kept"}
     for key in owner.entries:
         assert bytes(await owner.get(key)) == key * 1000, key
+    await log.close()
+
+
+async def test_a_lost_write_made_during_a_rewrite_in_place_goes_back_to_the_copy(
+    seg_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write appended while compaction rewrites its key's old segment in place, held by a busy writer until
+    the rewrite is done, then lost: its ``Before`` names the old file, which is gone; the key must go back to the
+    copy in the new file (it once pointed at the old file and every read failed)."""
+    log, owner, _ = await open_log(seg_dir, appendfsync="always", segment_size=64 << 10)
+    loop = asyncio.get_running_loop()
+    held = [False]
+    submit = log._submit
+
+    def busy_writer() -> None:
+        if held[0]:
+            log._submit_scheduled = False
+            return
+        submit()
+
+    monkeypatch.setattr(log, "_submit", busy_writer)
+    rewrite = maintenance.rewrite
+
+    def write_during_the_rewrite(*args: object) -> object:
+        done = rewrite(*args)
+        appended = threading.Event()
+
+        def on_loop() -> None:
+            held[0] = True
+            owner.set(b"a0", b"NEW" * 100)  # its Before: a0's record in the segment being rewritten
+            appended.set()
+
+        loop.call_soon_threadsafe(on_loop)
+        appended.wait(10)
+        return done
+
+    monkeypatch.setattr(maintenance, "rewrite", write_during_the_rewrite)
+    for i in range(10):
+        owner.set(b"a%d" % i, b"%d" % i * 2000, hot=False)
+    for _ in range(24):  # one key overwritten: the first segment is mostly dead, rewritten in place
+        owner.set(b"d", b"x" * 2000, hot=False)
+    await settle(log)
+    await wait_for(lambda: log.compactions >= 1 and log.job is None, timeout=20)
+    inject_fault(log, OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
+    held[0] = False
+    submit()
+    with pytest.raises(PersistError, match="^MISCONF"):
+        await settle(log)
+    loc = owner.entries[b"a0"][0]
+    assert loc.segment in log._segments, loc
+    assert bytes(await owner.get(b"a0")) == b"0" * 2000
+    inject_fault(log, None)
+    await wait_for(lambda: log.misconf() is None, timeout=5)
+    log, owner, _ = await reopen(log)
+    assert bytes(await owner.get(b"a0")) == b"0" * 2000
     await log.close()
 
 
