@@ -228,19 +228,27 @@ class Client(asyncio.BufferedProtocol):
         self._closed = True
         self.unblock()
         self._wake_drain_waiter()
-        if self.replica is not None:
-            self.server.detach_replica(self)
-        if self.subscriptions is not None:
-            self.server.pubsub.forget(self)
+        self._leave()
         if self._receiver is not None:
             self._receiver.close()
         if self._low_water is not None:
             self._low_water.close()
+        if self.shared_memory is not None:
+            self.shared_memory.close()
+
+    def _leave(self) -> None:
+        """Everything other clients and the server see of this client goes: its entry in CLIENT LIST, its
+        subscriptions, its replica role, its WATCHes and tracking. When it is killed, at once (as Redis frees a
+        client: a PUBLISH or ROLE later in the killer's pipeline no longer counts it), and again when the
+        connection is lost (each step finds nothing left to do, or what was attached since: a replica role)."""
+        replica, self.replica = self.replica, None
+        if replica is not None:
+            self.server.detach_replica(self)
+        if self.subscriptions is not None:
+            self.server.pubsub.forget(self)
         self.unwatch()
         if self.tracking is not None:
             self.server.tracking.disable(self)
-        if self.shared_memory is not None:
-            self.shared_memory.close()
         self.server.unregister(self)
 
     def buffer_updated(self, nbytes: int, reads: int = 1, land: bytearray | None = None) -> None:
@@ -848,9 +856,7 @@ class Client(asyncio.BufferedProtocol):
         if self.transport is not None and not self._closed:
             self._closed = True
             self.transport.abort()
-            # Gone from CLIENT LIST, CLIENT KILL and connected_clients now, as in Redis, not when the loop
-            # reports the connection lost (which does the rest of the clean-up).
-            self.server.unregister(self)
+            self._leave()  # now, not when the loop reports the connection lost
 
     def feed_monitors(self, cmd: Any, argv: list[Any]) -> None:
         """Show ``argv`` to every MONITOR client, unless Redis would not (an administrative command)."""
@@ -1095,7 +1101,7 @@ class Client(asyncio.BufferedProtocol):
         return not (
             self.link is not None
             or self._busy
-            or (self._held and self._queue)  # commands held by CLIENT PAUSE (Redis: blocked, postponed)
+            or (self.server.paused is not None and self._queue)  # held by CLIENT PAUSE (Redis: postponed)
             or self.replica is not None
             or self.monitoring
             or (self.subscriptions is not None and self.subscriptions.total() > 0)

@@ -111,3 +111,12 @@ def test_a_killed_client_is_gone_at_once(server):
         assert a.read_replies(2) == [b":1\r\n", b":0\r\n"]
         a.send(encode("CLIENT", "KILL", "ID", vid) + encode("CLIENT", "LIST", "ID", vid))
         assert a.read_replies(2) == [b":0\r\n", b"$0\r\n\r\n"]
+
+
+def test_a_killed_subscriber_gets_no_more_messages_in_the_killers_pipeline(server):
+    with server.raw() as admin, server.raw() as sub:
+        sid = parse(sub.command("CLIENT", "ID"))
+        assert sub.command("SUBSCRIBE", "ch").endswith(b":1\r\n")
+        admin.send(b"".join(encode(*r) for r in (["CLIENT", "KILL", "ID", sid], ["PUBLISH", "ch", "m"])))
+        assert admin.read_replies(2) == [b":1\r\n", b":0\r\n"]
+        assert admin.command("PUBSUB", "NUMSUB", "ch") == b"*2\r\n$2\r\nch\r\n:0\r\n"

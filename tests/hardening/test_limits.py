@@ -287,6 +287,25 @@ def test_idle_timeout_spares_subscribers_monitors_and_paused_clients(kvd_factory
             sock.close()
 
 
+def test_idle_timeout_closes_a_client_that_stopped_reading(kvd_factory):
+    """A client whose replies fill its socket and the output buffer past the soft limit (reading paused for it),
+    then goes quiet: idle like any other, it is closed, as Redis closes it. (Only commands held by CLIENT PAUSE
+    are spared.)"""
+    srv = kvd_factory("--timeout", "1", "--client-output-buffer-soft-limit", "1mb")
+    r = srv.client()
+    r.set("big", b"x" * (1 << 20))
+    sock = srv.connect()
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 << 10)
+        sock.sendall(b"GET big\r\n" * 40)  # 40 MiB of replies; nothing read for 4 s
+        time.sleep(4)
+        assert r.client_list(_type="normal")[-1]["id"] != "", "listing works"
+        ids = {c["id"] for c in r.client_list()}
+        assert len(ids) == 1, ids  # only r's own connection is left
+    finally:
+        sock.close()
+
+
 def _client_addrs(srv) -> set[str]:
     listing = srv.client().execute_command("CLIENT", "LIST")
     if isinstance(listing, bytes):
