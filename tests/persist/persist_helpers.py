@@ -147,6 +147,15 @@ def inject_fault(log: SegmentLog, exc: OSError | None) -> None:
         writer.write = failing
 
 
+def flip_byte(path: Path, offset: int) -> None:
+    """Damage a file in place: one bit of the byte at ``offset`` flipped."""
+    with path.open("r+b") as f:
+        f.seek(offset)
+        byte = f.read(1)
+        f.seek(offset)
+        f.write(bytes([byte[0] ^ 0x40]))
+
+
 def segment_files(directory: Path) -> list[Path]:
     return sorted(directory.glob("*.seg"))
 

@@ -7,7 +7,7 @@ import random
 from pathlib import Path
 
 import pytest
-from persist_helpers import open_log, reopen, settle
+from persist_helpers import flip_byte, open_log, reopen, settle
 
 from kvd.persist import CorruptRecord, Location
 
@@ -24,14 +24,6 @@ async def _build(directory: Path) -> dict[bytes, tuple[bytes, Location]]:
     await settle(log)
     await log.close()
     return model
-
-
-def _flip(path: Path, offset: int) -> None:
-    with path.open("r+b") as f:
-        f.seek(offset)
-        byte = f.read(1)
-        f.seek(offset)
-        f.write(bytes([byte[0] ^ 0x40]))
 
 
 def _sealed_victim(directory: Path, model: dict) -> tuple[bytes, Location]:
@@ -62,7 +54,7 @@ async def _check_serves(directory: Path, model: dict, broken: set[bytes], expect
 async def test_flipped_value_with_hint_raises_corrupt_record(seg_dir: Path) -> None:
     model = await _build(seg_dir)
     key, loc = _sealed_victim(seg_dir, model)
-    _flip(seg_dir / f"{loc.segment:010d}.seg", loc.offset + loc.record_len - 10)
+    flip_byte(seg_dir / f"{loc.segment:010d}.seg", loc.offset + loc.record_len - 10)
     report = await _check_serves(seg_dir, model, {key}, expect_present=True)
     assert report.hint_files_used >= 1
 
@@ -70,7 +62,7 @@ async def test_flipped_value_with_hint_raises_corrupt_record(seg_dir: Path) -> N
 async def test_flipped_value_without_hint_is_skipped(seg_dir: Path) -> None:
     model = await _build(seg_dir)
     key, loc = _sealed_victim(seg_dir, model)
-    _flip(seg_dir / f"{loc.segment:010d}.seg", loc.offset + loc.record_len - 10)
+    flip_byte(seg_dir / f"{loc.segment:010d}.seg", loc.offset + loc.record_len - 10)
     (seg_dir / f"{loc.segment:010d}.hint").unlink()
     report = await _check_serves(seg_dir, model, {key}, expect_present=False)
     assert report.skipped_records >= 1
@@ -80,7 +72,7 @@ async def test_flipped_value_without_hint_is_skipped(seg_dir: Path) -> None:
 async def test_flipped_header_without_hint_resyncs(seg_dir: Path) -> None:
     model = await _build(seg_dir)
     key, loc = _sealed_victim(seg_dir, model)
-    _flip(seg_dir / f"{loc.segment:010d}.seg", loc.offset + 13)  # the value length field
+    flip_byte(seg_dir / f"{loc.segment:010d}.seg", loc.offset + 13)  # the value length field
     (seg_dir / f"{loc.segment:010d}.hint").unlink()
     report = await _check_serves(seg_dir, model, {key}, expect_present=False)
     assert report.skipped_records >= 1
@@ -105,7 +97,7 @@ async def test_corrupt_hint_falls_back_to_scan(seg_dir: Path, where: str) -> Non
     if where == "truncate":
         hint.write_bytes(hint.read_bytes()[: size // 2])
     else:
-        _flip(hint, {"start": 0, "middle": size // 2, "end": size - 1}[where])
+        flip_byte(hint, {"start": 0, "middle": size // 2, "end": size - 1}[where])
     report = await _check_serves(seg_dir, model, set(), expect_present=False)
     assert report.hint_files_used == len(hints) - 1
     assert report.warnings
@@ -118,7 +110,7 @@ async def test_flipped_byte_never_serves_wrong_bytes(seg_dir: Path) -> None:
     path = seg_dir / f"{first:010d}.seg"
     rng = random.Random(5)
     for _ in range(20):
-        _flip(path, rng.randrange(24, path.stat().st_size))
+        flip_byte(path, rng.randrange(24, path.stat().st_size))
     log, owner, _ = await open_log(seg_dir, segment_size=SEG)
     for key, (value, _) in model.items():
         if key not in owner.entries:
@@ -135,7 +127,7 @@ async def test_corrupt_record_is_dropped_by_next_restart_after_rewrite(seg_dir: 
     """A key rewritten after corruption serves the new value, from a new record."""
     model = await _build(seg_dir)
     key, loc = _sealed_victim(seg_dir, model)
-    _flip(seg_dir / f"{loc.segment:010d}.seg", loc.offset + loc.record_len - 1)
+    flip_byte(seg_dir / f"{loc.segment:010d}.seg", loc.offset + loc.record_len - 1)
     log, owner, _ = await open_log(seg_dir, segment_size=SEG)
     owner.set(key, b"fresh")
     await settle(log)
@@ -163,7 +155,7 @@ async def test_seal_hint_is_the_scan_hint_and_a_bad_header_falls_back(seg_dir: P
         assert (seg_dir / f"{first:010d}.hint").read_bytes() == encode_hint(first, size, records)
     finally:
         os.close(fd)
-    _flip(path, records[2].offset + 9)  # inside the third record's header: its CRC no longer matches
+    flip_byte(path, records[2].offset + 9)  # inside the third record's header: its CRC no longer matches
     fd = os.open(path, os.O_RDONLY)
     try:
         assert hint_of_written(fd, first, size) is None

@@ -9,21 +9,13 @@ import os
 from pathlib import Path
 
 import pytest
-from persist_helpers import now_ms, open_log, settle, wait_for
+from persist_helpers import flip_byte, now_ms, open_log, settle, wait_for
 
 from kvd.persist import PersistError, SegmentLog
 from kvd.persist import recovery as recovery_mod
 from kvd.persist.record import DEL, EXPIRE, FILE_HDR_SIZE, HDR_SIZE, SET, scan
 
 SEG = 64 << 10
-
-
-def _flip(path: Path, offset: int) -> None:
-    with path.open("r+b") as f:
-        f.seek(offset)
-        byte = f.read(1)
-        f.seek(offset)
-        f.write(bytes([byte[0] ^ 0x40]))
 
 
 def _records(path: Path):
@@ -70,7 +62,7 @@ async def test_damaged_set_drops_the_key_instead_of_serving_its_older_version(se
     seg = _last_segment(seg_dir)
     assert seg.name != "0000000001.seg"
     rec = _find(seg, SET, b"k")
-    _flip(seg, rec.offset + rec.record_len - 100)  # inside the NEW value
+    flip_byte(seg, rec.offset + rec.record_len - 100)  # inside the NEW value
     seg.with_suffix(".hint").unlink()  # the clean close's hint would hide the damage: scan it
     log, owner, report = await _restart(seg_dir)
     assert b"k" not in owner.entries  # not b"OLD..."
@@ -105,7 +97,7 @@ async def test_damaged_del_is_repaired_from_its_checksum(seg_dir: Path) -> None:
     await _history(seg_dir)
     seg = _last_segment(seg_dir)
     rec = _find(seg, DEL, b"gone")
-    _flip(seg, rec.offset + HDR_SIZE + 1)  # the key's bytes: the header still checks
+    flip_byte(seg, rec.offset + HDR_SIZE + 1)  # the key's bytes: the header still checks
     seg.with_suffix(".hint").unlink()
     log, owner, report = await _restart(seg_dir)
     assert b"gone" not in owner.entries  # not resurrected
@@ -124,7 +116,7 @@ async def test_damaged_expire_is_repaired_from_its_checksum(seg_dir: Path) -> No
     await _history(seg_dir)
     seg = _last_segment(seg_dir)
     rec = _find(seg, EXPIRE, b"ttl")
-    _flip(seg, rec.offset + HDR_SIZE)
+    flip_byte(seg, rec.offset + HDR_SIZE)
     seg.with_suffix(".hint").unlink()
     log, owner, report = await _restart(seg_dir)
     assert owner.entries[b"ttl"][1] == rec.expire  # the TTL the damaged EXPIRE set
@@ -147,7 +139,7 @@ async def test_a_damaged_last_record_of_the_active_segment_is_a_torn_write(seg_d
     seg = _last_segment(seg_dir)
     rec = _find(seg, SET, b"k")
     assert rec.offset + rec.record_len == seg.stat().st_size
-    _flip(seg, rec.offset + rec.record_len - 1)
+    flip_byte(seg, rec.offset + rec.record_len - 1)
     seg.with_suffix(".hint").unlink()
     log, owner, report = await _restart(seg_dir)
     assert bytes(await owner.get(b"k")) == b"NEW" * 1000
@@ -178,7 +170,7 @@ async def test_unreadable_region_warns_that_keys_may_be_at_their_previous_state(
     await _history(seg_dir)
     seg = _last_segment(seg_dir)
     rec = _find(seg, DEL, b"gone")
-    _flip(seg, rec.offset + 10)  # the DEL's header: nothing of it can be read
+    flip_byte(seg, rec.offset + 10)  # the DEL's header: nothing of it can be read
     seg.with_suffix(".hint").unlink()
     log, owner, report = await _restart(seg_dir)
     assert b"gone" in owner.entries  # the documented cost of an unreadable region
