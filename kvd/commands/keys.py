@@ -250,6 +250,15 @@ def dump(c: Client, argv: list[Any]) -> Any:
     )
 
 
+# Redis's words for RESTORE and RESTORE-ASKING (COMMAND DOCS).
+_RESTORE_COMPLEXITY = (
+    "O(1) to create the new key and additional O(N*M) to reconstruct the serialized value, where N is the number "
+    "of Redis objects composing the value and M their average size. For small string values the time complexity "
+    "is thus O(1)+O(1*M) where M is small, so simply O(1). However for sorted set values the complexity is "
+    "O(N*M*log(N)) because inserting values into sorted sets is O(log(N))."
+)
+
+
 @command(
     "restore-asking",
     -4,
@@ -257,10 +266,7 @@ def dump(c: Client, argv: list[Any]) -> Any:
     (1, 1, 1),
     group="server",
     since="3.0.0",
-    complexity="O(1) to create the new key and additional O(N*M) to reconstruct the serialized value, where N is the "
-    "number of Redis objects composing the value and M their average size. For small string values the "
-    "time complexity is thus O(1)+O(1*M) where M is small, so simply O(1). However for sorted set values "
-    "the complexity is O(N*M*log(N)) because inserting values into sorted sets is O(log(N)).",
+    complexity=_RESTORE_COMPLEXITY,
     summary="An internal command for migrating keys in a cluster",
     usage="key ttl serialized-value [REPLACE] [ABSTTL] [IDLETIME seconds] [FREQ frequency]",
     key_flags="OW update",
@@ -273,10 +279,7 @@ def dump(c: Client, argv: list[Any]) -> Any:
     (1, 1, 1),
     group=G,
     since="2.6.0",
-    complexity="O(1) to create the new key and additional O(N*M) to reconstruct the serialized value, where N is the "
-    "number of Redis objects composing the value and M their average size. For small string values the "
-    "time complexity is thus O(1)+O(1*M) where M is small, so simply O(1). However for sorted set values "
-    "the complexity is O(N*M*log(N)) because inserting values into sorted sets is O(log(N)).",
+    complexity=_RESTORE_COMPLEXITY,
     summary="Creates a key from the serialized representation of a value.",
     usage="key ttl serialized-value [REPLACE] [ABSTTL] [IDLETIME seconds] [FREQ frequency]",
     key_flags="OW update",
