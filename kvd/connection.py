@@ -259,15 +259,7 @@ class Client(asyncio.BufferedProtocol):
         stats.net_input_bytes += nbytes
         stats.reads_processed += reads
         parsed = self._parsed
-        try:
-            self.parser.feed(nbytes, parsed, land)
-        except ProtocolError as exc:
-            self._protocol_error = exc
-            self._set_reading(False)
-        except DropConnection as exc:
-            log.warning("closing client %s (id=%d): %s", self.addr, self.id, exc)
-            self._queue.clear()
-            self.kill()
+        if not self._feed(nbytes, land):
             return
         if parsed:
             if land is not None and len(parsed) == 1 and self._run_landed(parsed[0]):
@@ -369,21 +361,28 @@ class Client(asyncio.BufferedProtocol):
         else:
             self._finish_batch()
 
-    def _parse_held_back(self) -> bool:
-        """Unauthenticated, the parser stops after each request (RequestParser.held_back): parse the next ones,
-        under the limits the last one left (after AUTH, none of the unauthenticated ones). True if any came."""
-        parsed = self._parsed
+    def _feed(self, nbytes: int, land: bytearray | None = None) -> bool:
+        """Parse ``nbytes`` more (0: what the parser held back) into ``_parsed``; a protocol error is kept for
+        after the requests before it. False if the connection was dropped (past a limit)."""
         try:
-            self.parser.resume(parsed)
+            self.parser.feed(nbytes, self._parsed, land)
         except ProtocolError as exc:
             self._protocol_error = exc
             self._set_reading(False)
         except DropConnection as exc:
             log.warning("closing client %s (id=%d): %s", self.addr, self.id, exc)
+            self._queue.clear()
             self.kill()
             return False
-        self._queue.extend(parsed)
-        parsed.clear()
+        return True
+
+    def _parse_held_back(self) -> bool:
+        """Unauthenticated, the parser stops after each request (RequestParser.held_back): parse the next ones,
+        under the limits the last one left (after AUTH, none of the unauthenticated ones). True if any came."""
+        if not self._feed(0):
+            return False
+        self._queue.extend(self._parsed)
+        self._parsed.clear()
         return bool(self._queue)
 
     def _execute(self, argv: list[Any]) -> Any:

@@ -195,7 +195,7 @@ class RequestParser:
         self._shape: tuple[bytes, int] | None = None  # (name, value length) of the last large request
         self._land: bytearray | None = None  # the buffer a whole request is landing in
         # Unauthenticated, the parser stops after each request: the next one is read under the limits the first
-        # leaves (an AUTH lifts them), as Redis reads one request at a time. ``resume`` parses the rest.
+        # leaves (an AUTH lifts them), as Redis reads one request at a time. ``feed(0, ...)`` parses the rest.
         self.held_back = False
         self._land_filled = 0
         self._land_header = 0  # the landing request's header length, once all of it matched the template
@@ -389,11 +389,6 @@ class RequestParser:
         self._start, self._end = 0, filled
 
     # -- parsing ----------------------------------------------------------------------------------------------
-
-    def resume(self, out: list[Args]) -> None:
-        """Parse the requests held back while unauthenticated (``held_back``), once the one before has run."""
-        self.held_back = False
-        self.feed(0, out)
 
     def _parse(self, out: list[Args]) -> None:
         buf = self._buf

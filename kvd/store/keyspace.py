@@ -662,14 +662,12 @@ class Keyspace:
         if entry is not None and entry.loc == loc:  # only the TTL was changed: a lost EXPIRE or PERSIST
             self._set_deadline(key, entry, expire_at)
             return False
-        restored = Entry(key, None, expire_at, loc, 0)
+        restored = Entry(key, None, 0, loc, 0)
         if entry is not None:
             entry.loc = None  # the lost write's record: not on disk, and off its segment's count already
         self._swap(key, entry, restored)
         self.ram.add_cold(restored)
-        if expire_at:
-            self.expiry.live += 1
-            self.expiry.schedule(key, expire_at)
+        self._set_deadline(key, restored, expire_at)
         return True
 
     # -- internals -------------------------------------------------------------------------------------------
