@@ -7,6 +7,7 @@ The tests without ``kvd_only`` pass with redis-server as the replica too (``KVD_
 from __future__ import annotations
 
 import os
+import socket
 import time
 
 import pytest
@@ -606,3 +607,31 @@ def test_a_replica_ignores_maxmemory_unless_told_otherwise(server_factory, redis
     else:
         until(lambda: r.info("stats")["evicted_keys"] > 0, "the replica to evict by its own policy")
         assert r.dbsize() < 17
+
+
+def test_the_idle_timeout_spares_the_link_to_a_primary_and_a_replica(server):
+    """``timeout`` closes idle clients, not replication links (Redis's clientsCronHandleTimeout): the link to a
+    primary that sends nothing after its snapshot, and a replica that never acknowledges, both stay up."""
+    r = server.client()
+    r.config_set("timeout", 1)
+    empty = b"REDIS0009\xff" + bytes(8)
+    fake = FakePrimary(b"$%d\r\n" % len(empty) + empty, hold=30)
+    try:
+        r.replicaof(fake.host, fake.port)
+        wait_link(r, server, timeout=10)
+        time.sleep(3.5)  # three and a half timeouts of silence from the primary
+        assert r.info("replication")["master_link_status"] == "up"
+        assert fake.psyncs == 1  # never dropped and connected again
+    finally:
+        r.replicaof("NO", "ONE")
+        fake.close()
+    address = (server.host, server.port)
+    with socket.create_connection(address, timeout=10) as quiet_replica, socket.create_connection(address) as idle:
+        quiet_replica.sendall(b"PSYNC ? -1\r\n")
+        idle.sendall(b"PING\r\n")
+        time.sleep(3.5)
+        flags = [c["flags"] for c in r.client_list()]
+        assert flags.count("S") == 1, flags  # the replica is still connected
+        idle.settimeout(1)
+        data = idle.recv(4096)
+        assert data.startswith(b"+PONG") and idle.recv(4096) == b""  # the ordinary idle client was closed
