@@ -241,6 +241,7 @@ class KvdClient:
         self._down_until = 0.0
         self._lock = threading.Lock()
         self._outage_logged = False
+        self._thread = threading.local()  # failures seen by each calling thread
 
     # -- plumbing ---------------------------------------------------------------------------------------------
 
@@ -263,7 +264,15 @@ class KvdClient:
         """False while backing off after a connection failure."""
         return time.monotonic() >= self._down_until
 
+    @property
+    def failures(self) -> int:
+        """How many requests of the calling thread failed on the network (a timeout, a cut connection). A caller
+        that named shared memory in a request compares it before and after: where it grew, kvd may still carry
+        out that request later, so the memory it named must not be reused."""
+        return getattr(self._thread, "failures", 0)
+
     def _failed(self, what: str, exc: BaseException) -> None:
+        self._thread.failures = self.failures + 1
         with self._lock:
             self._down_until = time.monotonic() + self.config.retry_after_s
             first = not self._outage_logged
@@ -549,6 +558,19 @@ class KvdClient:
             return False
         except _NETWORK_ERRORS:
             return False
+
+    def discard(self, keys: Sequence[str]) -> int:
+        """Delete values the caller found damaged, so that they are saved afresh once recomputed (saves skip keys
+        that exist); how many went, 0 where the server could not be reached. Never raises."""
+        if not keys or not self.available:
+            return 0
+        try:
+            return int(self._redis.delete(*keys))
+        except _NETWORK_ERRORS as exc:
+            self._failed("discard", exc)
+        except redis.ResponseError as exc:
+            logger.warning("discard refused by server: %s", exc)
+        return 0
 
     def delete(self, keys: Sequence[str]) -> int:
         """Delete keys (tests and tools)."""

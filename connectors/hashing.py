@@ -127,6 +127,7 @@ def fingerprint(layout: Mapping[str, Any]) -> str:
 def layout_description(
     *,
     model: str,
+    model_config: str = "",
     revision: str | None = None,
     dtype: str,
     cache_dtype: str,
@@ -147,6 +148,7 @@ def layout_description(
     """
     return {
         "model": model,
+        "model_config": model_config,
         "revision": revision,
         "dtype": dtype,
         "cache_dtype": cache_dtype,

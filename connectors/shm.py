@@ -79,18 +79,25 @@ class SharedBuffers:
     bytes rounded up to whole pages, so that every value starts aligned for any element type.
 
     ``wrap(mapping)`` turns the file's mapping into what ``backing`` slices (the connector: a torch tensor,
-    page-locked on CUDA); by default a memoryview. A value longer than ``slot`` (received by the MGET fallback)
-    goes into a buffer of its own, as ``LoadBuffers`` would put it.
+    page-locked on CUDA); by default a memoryview. A value longer than ``slot`` (received by the MGET fallback),
+    or past the slots ``/dev/shm`` had room for, goes into a buffer of its own from ``allocate(size)``, which
+    returns ``(backing, writable byte view)`` as for ``LoadBuffers`` (the connector: a host tensor, so that
+    ``backing`` is of one kind either way); by default a bytearray.
     """
 
     def __init__(
-        self, slot: int, keep_bytes: int = 256 * 2**20, wrap: Callable[[mmap.mmap], Any] | None = None
+        self,
+        slot: int,
+        keep_bytes: int = 256 * 2**20,
+        wrap: Callable[[mmap.mmap], Any] | None = None,
+        allocate: Callable[[int], tuple[Any, memoryview]] | None = None,
     ) -> None:
         if slot < 1:
             raise ValueError("slot must be at least one byte")
         self.slot = -(-slot // mmap.PAGESIZE) * mmap.PAGESIZE  # each value starts on a page, as its own buffer would
         self.keep_bytes = keep_bytes
         self._wrap = wrap or memoryview
+        self._allocate = allocate or _bytearray
         remove_orphans()
         self.name = f"kvd-{_pid_namespace()}-{os.getpid()}-{secrets.token_hex(8)}"
         self._path = os.path.join(SHM_DIR, self.name)
@@ -123,8 +130,8 @@ class SharedBuffers:
         if size <= self.slot and i < self.capacity:
             assert self._view is not None
             return self._view[i * self.slot : i * self.slot + size]
-        buf = bytearray(size)
-        self._overflow[i] = (buf, memoryview(buf))
+        backing, view = self._allocate(size)
+        self._overflow[i] = (backing, view[:size])
         return self._overflow[i][1]
 
     def backing(self, i: int) -> Any:
@@ -157,6 +164,11 @@ class SharedBuffers:
         self._view = memoryview(self._map)
         self._backing = self._wrap(self._map)
         self.capacity = count
+
+
+def _bytearray(size: int) -> tuple[bytearray, memoryview]:
+    buf = bytearray(size)
+    return buf, memoryview(buf)
 
 
 def _remove(path: str, fd: int) -> None:

@@ -33,6 +33,9 @@ has the details.
 Failure policy: kvd down, a timeout, an evicted key, or a value that fails any header/checksum check is a miss.
 A chunk that the scheduler promised but the worker could not load is reported through
 ``get_block_ids_with_load_errors``; with ``kv_load_failure_policy="recompute"`` vLLM recomputes from that block.
+What the same step computed after it, over blocks the load left unfilled, is not saved; a value that failed a
+check is deleted, and the scheduler plans the recomputed chunks' saves again. Shared memory named in a
+``KVD.GETINTO``/``KVD.SETFROM`` that timed out is never reused: kvd may still carry the request out.
 Nothing the server returns can change output except a value that passes the layout fingerprint, shape, dtype,
 key hash and checksum checks. One warning per outage; vLLM never sees an exception from the store.
 
@@ -44,6 +47,7 @@ in-process :data:`STATS` (tests read it).
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import mmap
 import queue
@@ -187,9 +191,6 @@ class _Settings:
                 fixed,
             )
             chunk_size = fixed
-        served = vllm_config.model_config.served_model_name
-        if isinstance(served, list | tuple):
-            served = served[0] if served else None
         return cls(
             url=str(extra.get("url", "redis://127.0.0.1:6379")),
             namespace=str(extra.get("namespace", "default")),
@@ -200,7 +201,9 @@ class _Settings:
             retry_after_s=float(extra.get("retry_after_s", 2.0)),
             save_queue_depth=int(extra.get("save_queue_depth", 64)),
             save_queue_max_bytes=int(extra.get("save_queue_max_mb", 1024)) * 2**20,
-            model_id=str(extra.get("model_id") or served or vllm_config.model_config.model),
+            # The weights' name: their path or hub id, or what the operator says names them on every host. Never
+            # served_model_name, an alias that two different models may share.
+            model_id=str(extra.get("model_id") or vllm_config.model_config.model),
             verify_checksum=_flag(extra.get("verify_checksum", True)),
             load_buffer_bytes=int(float(extra.get("load_buffer_mb", 256)) * 2**20),
             shared_memory=_flag(extra.get("shared_memory", True)),
@@ -253,6 +256,7 @@ def _key_layout(
         device = "unknown"
     return hashing.layout_description(
         model=s.model_id,
+        model_config=_model_config_digest(vllm_config),
         revision=getattr(mc, "revision", None),
         dtype=str(mc.dtype),
         cache_dtype=str(cc.cache_dtype),
@@ -268,18 +272,61 @@ def _key_layout(
     )
 
 
+def _model_config_digest(vllm_config: VllmConfig) -> str:
+    """A digest of what, besides the weights, decides a layer's KV: the model's configuration as the engine uses
+    it (after ``hf_overrides``: RoPE parameters, head counts, sliding windows), its quantization, and the layers
+    whose KV cache keeps the model's dtype. Path-like and version fields are left out, so that one model loaded
+    from different paths or by another transformers release keeps its keys."""
+    mc = vllm_config.model_config
+    cc = vllm_config.cache_config
+
+    def stable(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {
+                k: stable(v)
+                for k, v in value.items()
+                if not (isinstance(k, str) and (k.startswith("_") or k == "transformers_version"))
+            }
+        if isinstance(value, list | tuple):
+            return [stable(v) for v in value]
+        return value
+
+    try:
+        hf = stable(mc.hf_config.to_dict())
+    except Exception:  # pragma: no cover - every vLLM model config has a transformers config
+        hf = repr(mc.hf_config)
+    described = {
+        "hf_config": hf,
+        "quantization": str(getattr(mc, "quantization", None)),
+        "kv_cache_dtype_skip_layers": sorted(getattr(cc, "kv_cache_dtype_skip_layers", None) or []),
+    }
+    canon = json.dumps(described, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.blake2b(canon.encode(), digest_size=16).hexdigest()
+
+
 def _request_extras(request: Request, num_chunks: int, chunk_size: int) -> list[tuple[Any, ...]] | None:
     """Per-chunk extra hash inputs: LoRA name and cache_salt (chunk 0, the chain carries them on), multimodal
-    inputs overlapping the chunk (identifier and offset within the chunk)."""
+    inputs overlapping the chunk (identifier and offset within the chunk), and for a prompt given partly as
+    embeddings, a digest of the chunk's embeddings and of which of its positions are token ids (its token ids
+    there are placeholders; vLLM's block hashes take the same digest)."""
     lora = getattr(request, "lora_request", None)
     lora_name = getattr(lora, "lora_name", None) if lora is not None else None
     salt = getattr(request, "cache_salt", None)
     mm = getattr(request, "mm_features", None) or []
-    if lora_name is None and salt is None and not mm:
+    embeds = getattr(request, "prompt_embeds", None)
+    if lora_name is None and salt is None and not mm and embeds is None:
         return None
     extras: list[tuple[Any, ...]] = [() for _ in range(num_chunks)]
     if num_chunks:
         extras[0] = (("lora", lora_name), ("salt", salt))
+    if embeds is not None:
+        is_token = getattr(request, "prompt_is_token_ids", None)
+        for c in range(num_chunks):
+            lo, hi = c * chunk_size, (c + 1) * chunk_size
+            part = embeds[lo:hi].detach().flatten().cpu().contiguous()
+            digest = hashlib.sha256(part.view(torch.uint8).numpy().data).digest()
+            mask = bytes(bool(x) for x in is_token[lo:hi]) if is_token is not None else None
+            extras[c] = (*extras[c], ("embeds", str(part.dtype), digest, mask))
     for f in mm:
         pos = getattr(f, "mm_position", None)
         ident = getattr(f, "identifier", None) or getattr(f, "mm_hash", None)
@@ -327,6 +374,7 @@ class _LoadTally:
     failed: int = 0
     failed_reqs: set[str] = field(default_factory=set)
     reasons: list[str] = field(default_factory=list)
+    damaged: list[str] = field(default_factory=list)  # keys whose values arrived and failed a check
 
     def add(self, other: _LoadTally) -> None:
         self.chunks += other.chunks
@@ -335,6 +383,14 @@ class _LoadTally:
         self.failed += other.failed
         self.failed_reqs |= other.failed_reqs
         self.reasons += other.reasons
+        self.damaged += other.damaged
+
+
+@dataclass
+class _Discard:
+    """Keys whose values failed their checks when loaded: the saver thread deletes them."""
+
+    keys: list[str]
 
 
 @dataclass
@@ -367,6 +423,11 @@ class KvdConnector(KVConnectorBase_V1):
         if kv_cache_config is not None and len(kv_cache_config.kv_cache_groups) != 1:
             # Block ids are per group; one chunk of several groups is not supported (hybrid models).
             logger.warning("kvd connector: %d KV cache groups; disabled", len(kv_cache_config.kv_cache_groups))
+            self._disabled = True
+        if int(vllm_config.parallel_config.pipeline_parallel_size) > 1:
+            # Each stage holds other layers, and the scheduler's look-up and plan know one key per TP rank: the
+            # stages would write one key each (the first wins) and fail each other's layout checks. Off, not wasted.
+            logger.warning("kvd connector: pipeline parallelism is not supported; disabled")
             self._disabled = True
         self._last_report = time.monotonic()
         if role == KVConnectorRole.SCHEDULER:
@@ -496,6 +557,12 @@ class KvdConnector(KVConnectorBase_V1):
             t.next_save_chunk = c + 1
         return RequestOps(req_id, ops) if ops else None
 
+    def _rewind_saves(self, t: _Tracked, num_computed: int) -> None:
+        """Chunks counted as loaded that the engine computes again after all: their load failed, vLLM took its
+        computed tokens back to the first failed block (kv_load_failure_policy="recompute"), and the recomputed
+        chunks are saved (the worker deleted the damaged values they replace)."""
+        t.next_save_chunk = min(t.next_save_chunk, num_computed // self._s.chunk_size)
+
     def build_connector_meta(self, scheduler_output: SchedulerOutput) -> KVConnectorMetadata:
         meta = KvdConnectorMetadata()
         if self._disabled:
@@ -509,6 +576,7 @@ class KvdConnector(KVConnectorBase_V1):
             t.block_ids = list(new.block_ids[0])
             if (ld := self._load_ops(new.req_id, t)) is not None:
                 meta.loads.append(ld)
+            self._rewind_saves(t, new.num_computed_tokens)  # after a failed async load
             # num_computed_tokens counts vLLM's local hit plus what we load: the rest is computed.
             STATS.add(miss_tokens=max(0, len(t.tokens) - new.num_computed_tokens))
             if (sv := self._save_ops(new.req_id, t, new.num_computed_tokens + nst.get(new.req_id, 0))) is not None:
@@ -524,8 +592,10 @@ class KvdConnector(KVConnectorBase_V1):
                 t.block_ids = list(new_ids[0]) if new_ids is not None else []
                 if (ld := self._load_ops(req_id, t)) is not None:
                     meta.loads.append(ld)
-            elif new_ids is not None:
-                t.block_ids.extend(new_ids[0])
+            else:
+                if new_ids is not None:
+                    t.block_ids.extend(new_ids[0])
+                self._rewind_saves(t, cached.num_computed_tokens[i])  # after a failed load
             computed_end = cached.num_computed_tokens[i] + nst.get(req_id, 0)
             if (sv := self._save_ops(req_id, t, computed_end)) is not None:
                 meta.saves.append(sv)
@@ -584,12 +654,15 @@ class KvdConnector(KVConnectorBase_V1):
         )
         self._kv: PagedKV | None = None  # set by register_kv_caches
         self._load_errors: set[int] = set()
+        self._failed_loads: set[str] = set()  # requests of this step whose synchronous load failed
         self._warned_load = False
         self._saves: queue.Queue[Any] = queue.Queue()
+        # What the saver thread has yet to finish: chunks and bytes of queued batches (the save queue's bounds),
+        # and queued items of any kind (flush waits for none).
+        self._queue_state = threading.Condition()
+        self._queued_chunks = 0
         self._queued_bytes = 0
-        self._queued_lock = threading.Lock()
-        self._idle = threading.Event()
-        self._idle.set()
+        self._outstanding = 0
         self._stopping = False
         self._saver = threading.Thread(target=self._save_loop, name="kvd-save", daemon=True)
         self._saver.start()
@@ -599,9 +672,9 @@ class KvdConnector(KVConnectorBase_V1):
         # copies are that thread's) and reported done. A fetch takes load buffers of its own when it starts;
         # they serve later fetches once a begin_load says the copies out of them are done (a few are kept).
         self._fetcher = ThreadPoolExecutor(1, thread_name_prefix="kvd-fetch") if self._s.async_load else None
-        self._fetching: dict[str, tuple[Future[tuple[list[Any], Any]], RequestOps]] = {}
+        self._fetching: dict[str, tuple[Future[tuple[list[Any], Any, bool]], RequestOps]] = {}
         self._ended: set[str] = set()  # requests that finished (aborted) while their fetch ran: nothing to copy
-        self._landed_fetch_buffers: list[Any] = []  # copied from since the last begin_load
+        self._landed_fetch_buffers: list[tuple[Any, bool]] = []  # (buffers, reusable) copied from since begin_load
         self._spare_fetch_buffers: deque[Any] = deque()  # taken by the fetch thread, returned by this one
 
     def _k(self, key: str) -> str:
@@ -625,6 +698,7 @@ class KvdConnector(KVConnectorBase_V1):
         # instead of the socket's two; connectors/shm.py), else received from the socket.
         shared = self._s.shared_memory and _on_this_host(self._s.url) and shm.available()
         self._load_buffers = self._new_load_buffers(shared, "loads")
+        self._load_buffers_named = False  # named in a KVD.GETINTO that failed: replaced before the next load
         # Value buffers of sent saves, for the next gathers (a fresh 8 MiB tensor costs a page fault per 4 KiB
         # while the forward thread fills it: 2.3 against 0.7 ms per chunk). The oldest go past _SAVE_BUFFERS_KEEP.
         self._save_buffers: deque[torch.Tensor] = deque(maxlen=max(1, _SAVE_BUFFERS_KEEP // self._value_bytes))
@@ -634,6 +708,7 @@ class KvdConnector(KVConnectorBase_V1):
         # queued) takes a buffer of its own and goes through the socket.
         self._save_shared: SharedBuffers | None = None
         self._free_save_slots: deque[int] = deque()
+        self._retired_save_slots = 0  # see _retire_save_slots
         if self._s.shared_memory and _on_this_host(self._s.url) and shm.available():
             slots = max(1, min(self._s.save_queue_depth, self._s.save_queue_max_bytes // self._value_bytes))
             try:
@@ -684,11 +759,22 @@ class KvdConnector(KVConnectorBase_V1):
         ops = [(r.req_id, op) for r in loads for op in r.chunks]
         self._begin_load(kv)
         try:
+            if self._load_buffers_named:
+                # A KVD.GETINTO into them failed on the network: kvd may still write into them when it reads
+                # that request. Their copies are done (begin_load): a new file takes their place.
+                self._load_buffers_named = False
+                self._load_buffers.close()
+                self._load_buffers = self._new_load_buffers(True, "loads")
             self._load_buffers.trim()
+            failures = self._client.failures
             values = self._client.get_many(
                 [self._k(op.key) for _, op in ops], self._value_bytes, into=self._load_buffers
             )
+            self._load_buffers_named = (
+                isinstance(self._load_buffers, SharedBuffers) and self._client.failures != failures
+            )
             tally = self._land(kv, ops, values, self._load_buffers)
+            self._failed_loads = tally.failed_reqs
         finally:
             # Also after an unexpected error: the forward must wait for the copies already queued, and the next
             # load must wait for them before it receives into their buffers.
@@ -696,10 +782,11 @@ class KvdConnector(KVConnectorBase_V1):
         self._count_load(tally, start)
 
     def _begin_load(self, kv: PagedKV) -> None:
-        """The last load's copies are done with the buffers they read, which the next fetches may now reuse."""
+        """The last load's copies are done with the buffers they read, which the next fetches may now reuse
+        (but not shared buffers that a failed KVD.GETINTO named: kvd may still write into those)."""
         kv.begin_load()
-        for buffers in self._landed_fetch_buffers:
-            if len(self._spare_fetch_buffers) < _SPARE_FETCH_BUFFERS:
+        for buffers, reusable in self._landed_fetch_buffers:
+            if reusable and len(self._spare_fetch_buffers) < _SPARE_FETCH_BUFFERS:
                 self._spare_fetch_buffers.append(buffers)
             elif isinstance(buffers, SharedBuffers):
                 buffers.close()  # its /dev/shm file now, not when collected
@@ -710,14 +797,17 @@ class KvdConnector(KVConnectorBase_V1):
         assert self._fetcher is not None  # the scheduler plans background loads only with async_load on
         self._fetching[r.req_id] = (self._fetcher.submit(self._fetch, [self._k(op.key) for op in r.chunks]), r)
 
-    def _fetch(self, keys: list[str]) -> tuple[list[Any], Any]:
-        """On the fetch thread: the values of ``keys``, and the buffers they are in."""
+    def _fetch(self, keys: list[str]) -> tuple[list[Any], Any, bool]:
+        """On the fetch thread: the values of ``keys``, the buffers they are in, and whether those may be reused
+        (not if a KVD.GETINTO naming them failed on the network)."""
         try:
             buffers = self._spare_fetch_buffers.pop()
         except IndexError:
             buffers = self._new_load_buffers(isinstance(self._load_buffers, SharedBuffers), "async loads")
         buffers.trim()
-        return self._client.get_many(keys, self._value_bytes, into=buffers), buffers
+        failures = self._client.failures
+        values = self._client.get_many(keys, self._value_bytes, into=buffers)
+        return values, buffers, not (isinstance(buffers, SharedBuffers) and self._client.failures != failures)
 
     def _new_load_buffers(self, shared: bool, what: str) -> LoadBuffers | SharedBuffers:
         """Buffers that loads are received into and kept from one to the next (``load_buffer_mb``): where
@@ -727,7 +817,9 @@ class KvdConnector(KVConnectorBase_V1):
         if shared:
             assert self._kv is not None
             try:  # a slot of value + CRLF: an MGET fallback receives each value with its line end
-                return SharedBuffers(self._value_bytes + 2, keep_bytes=keep, wrap=self._kv.host_view)
+                return SharedBuffers(
+                    self._value_bytes + 2, keep_bytes=keep, wrap=self._kv.host_view, allocate=self._load_buffer
+                )
             except OSError as exc:
                 logger.warning("kvd: no shared load buffers (%s); %s come through the socket", exc, what)
         return LoadBuffers(self._load_buffer, keep_bytes=keep)
@@ -750,12 +842,12 @@ class KvdConnector(KVConnectorBase_V1):
             for req_id in done:
                 future, r = self._fetching.pop(req_id)
                 try:
-                    values, buffers = future.result()
+                    values, buffers, reusable = future.result()
                 except Exception as exc:  # get_many turns network errors into misses; anything else is a bug
                     logger.warning("kvd: async load of %s failed: %r", req_id, exc)
-                    values, buffers = [None] * len(r.chunks), None
+                    values, buffers, reusable = [None] * len(r.chunks), None, False
                 if buffers is not None:
-                    self._landed_fetch_buffers.append(buffers)
+                    self._landed_fetch_buffers.append((buffers, reusable))
                 if req_id in self._ended:  # its blocks are freed once it is reported: nothing to copy
                     self._ended.discard(req_id)
                     continue
@@ -774,7 +866,13 @@ class KvdConnector(KVConnectorBase_V1):
             loaded_bytes=tally.nbytes,
             load_us=elapsed_us,
             load_errors=tally.failed,
+            damaged_chunks=len(tally.damaged),
         )
+        if tally.damaged:
+            # A damaged value would be counted by every look-up and fail every load, and the recomputed chunk
+            # could never replace it (saves skip keys that exist): it goes, on the saver thread, ahead of the
+            # saves of the recomputed chunks (one queue, in order).
+            self._enqueue(_Discard(tally.damaged))
         if tally.reasons:
             if not self._warned_load:
                 self._warned_load = True
@@ -812,9 +910,15 @@ class KvdConnector(KVConnectorBase_V1):
                 )
                 end = len(value)  # the value is the start of load buffer i, its payload the end of the value
                 kv.scatter(buffers.backing(i)[end - payload.nbytes : end], op.block_ids, op.skip_blocks)
-            except codec.CodecError as exc:
+            except Exception as exc:  # a value that fails a check; and nothing else may fail the engine's step
                 tally.failed_reqs.add(req_id)
-                tally.reasons.append(exc.reason)
+                if isinstance(exc, codec.CodecError):
+                    tally.reasons.append(exc.reason)
+                    if value is not None:
+                        tally.damaged.append(self._k(op.key))
+                else:
+                    logger.exception("kvd: copying a loaded chunk failed")
+                    tally.reasons.append(f"{type(exc).__name__}: {exc}")
                 self._load_errors.update(op.block_ids[op.skip_blocks :])
                 tally.failed += 1
                 continue
@@ -841,6 +945,7 @@ class KvdConnector(KVConnectorBase_V1):
 
     def wait_for_save(self) -> None:
         meta = self._connector_metadata
+        failed_loads, self._failed_loads = self._failed_loads, set()
         if not isinstance(meta, KvdConnectorMetadata) or not meta.saves or self._kv is None:
             self._maybe_worker_report()
             return
@@ -849,13 +954,19 @@ class KvdConnector(KVConnectorBase_V1):
         batch: list[tuple[str, bytes, Any, Any, int | None]] = []
         dropped = 0
         for r in meta.saves:
+            if r.req_id in failed_loads:
+                # This step computed the request's later tokens over blocks that its load left unfilled: their
+                # KV is wrong, and vLLM recomputes it from the first failed block. The scheduler plans those
+                # chunks' saves again then.
+                continue
             for op in r.chunks:
-                with self._queued_lock:
+                with self._queue_state:
                     full = (
-                        self._saves.qsize() + len(batch) >= self._s.save_queue_depth
+                        self._queued_chunks >= self._s.save_queue_depth
                         or self._queued_bytes + value_bytes > self._s.save_queue_max_bytes
                     )
                     if not full:
+                        self._queued_chunks += 1
                         self._queued_bytes += value_bytes
                 if full:
                     dropped += 1
@@ -863,8 +974,7 @@ class KvdConnector(KVConnectorBase_V1):
                 buf, event, slot = self._gather(op)
                 batch.append((self._k(op.key), op.chunk_hash, buf, event, slot))
         if batch:
-            self._idle.clear()
-            self._saves.put(batch)
+            self._enqueue(batch)
         STATS.add(save_gather_us=int((time.perf_counter() - start) * 1e6), saves_dropped=dropped)
         if dropped:
             logger.debug("kvd: save queue full, dropped %d chunk(s)", dropped)
@@ -886,50 +996,97 @@ class KvdConnector(KVConnectorBase_V1):
                 buf = self._kv.host_buffer(self._value_bytes)
         return buf, self._kv.gather(op.block_ids, buf[self._hdr :]), slot
 
+    def _enqueue(self, item: list[tuple[str, bytes, Any, Any, int | None]] | _Discard) -> None:
+        with self._queue_state:
+            self._outstanding += 1
+        self._saves.put(item)
+
     def _save_loop(self) -> None:
         while True:
-            batch = self._saves.get()
-            if batch is None:
-                self._idle.set()
+            item = self._saves.get()
+            if item is None:
                 return
-            start = time.perf_counter()
-            kv = self._kv
-            assert kv is not None  # batches come from wait_for_save, after register_kv_caches
-            items, shared = [], []
-            for key, chash, buf, event, slot in batch:
-                if event is not None:
-                    event.synchronize()
-                mv = memoryview(buf.numpy()).cast("B")
-                codec.seal(mv, dtype=kv.dtype_name, shape=kv.value_shape, layout_fp=self._layout_fp, chunk_hash=chash)
-                if slot is None:
-                    items.append((key, mv))
+            try:
+                if isinstance(item, _Discard):
+                    self._client.discard(item.keys)
                 else:
-                    shared.append((key, slot, self._value_bytes))
-            written, nbytes = self._client.put_many(items)
-            if shared:
-                assert self._save_shared is not None
-                more, more_bytes = self._client.put_shared(shared, self._save_shared)
-                written, nbytes = written + more, nbytes + more_bytes
-            self._save_buffers.extend(buf for _, _, buf, _, slot in batch if slot is None)
-            self._free_save_slots.extend(slot for _, _, _, _, slot in batch if slot is not None)
-            with self._queued_lock:
-                self._queued_bytes -= len(batch) * self._value_bytes
-            STATS.add(
-                saved_chunks=written,
-                saved_bytes=nbytes,
-                save_skipped=len(batch) - written if self._client.available else 0,
-                save_us=int((time.perf_counter() - start) * 1e6),
-            )
-            if self._saves.empty():
-                self._idle.set()
+                    self._save(item)
+            except Exception:  # a bug: the client turns network errors into counts. The batch is lost, not the thread
+                logger.exception("kvd: a batch of saves failed")
+                if not isinstance(item, _Discard) and any(slot is not None for *_, slot in item):
+                    self._retire_save_slots([slot for *_, slot in item if slot is not None])  # named or not: unknown
+            finally:
+                with self._queue_state:
+                    if not isinstance(item, _Discard):
+                        self._queued_chunks -= len(item)
+                        self._queued_bytes -= len(item) * self._value_bytes
+                    self._outstanding -= 1
+                    self._queue_state.notify_all()
+
+    def _save(self, batch: list[tuple[str, bytes, Any, Any, int | None]]) -> None:
+        """On the saver thread: seal each gathered value, skip the keys kvd has, store the rest; then hand the
+        value buffers and shared slots back for the next gathers (not slots kvd may still copy out of)."""
+        start = time.perf_counter()
+        kv = self._kv
+        assert kv is not None  # batches come from wait_for_save, after register_kv_caches
+        items, shared = [], []
+        for key, chash, buf, event, slot in batch:
+            if event is not None:
+                event.synchronize()
+            mv = memoryview(buf.numpy()).cast("B")
+            codec.seal(mv, dtype=kv.dtype_name, shape=kv.value_shape, layout_fp=self._layout_fp, chunk_hash=chash)
+            if slot is None:
+                items.append((key, mv))
+            else:
+                shared.append((key, slot, self._value_bytes))
+        written, nbytes = self._client.put_many(items)
+        if shared:
+            assert self._save_shared is not None
+            failures = self._client.failures
+            more, more_bytes = self._client.put_shared(shared, self._save_shared)
+            written, nbytes = written + more, nbytes + more_bytes
+            if self._client.failures != failures:
+                self._retire_save_slots([slot for _, slot, _ in shared])
+                shared = []
+        self._save_buffers.extend(buf for _, _, buf, _, slot in batch if slot is None)
+        self._free_save_slots.extend(slot for _, slot, _ in shared)
+        STATS.add(
+            saved_chunks=written,
+            saved_bytes=nbytes,
+            save_skipped=len(batch) - written if self._client.available else 0,
+            save_us=int((time.perf_counter() - start) * 1e6),
+        )
+
+    def _retire_save_slots(self, slots: list[int]) -> None:
+        """On the saver thread, after a KVD.SETFROM that timed out or lost its connection: kvd may still copy out
+        of its slots once it reads the request, so they are never written again (a new gather there would be
+        stored under the old key). Once every slot is retired, the file is replaced by a new one: none of its
+        slots is free or queued then, and kvd's late copies read the old file's unchanged bytes."""
+        assert self._save_shared is not None and self._kv is not None
+        self._retired_save_slots += len(slots)
+        capacity = self._save_shared.capacity
+        logger.warning(
+            "kvd: a shared-memory save failed; %d of %d save slots retired (kvd may still copy out of them)",
+            self._retired_save_slots,
+            capacity,
+        )
+        if self._retired_save_slots < capacity:
+            return
+        old = self._save_shared
+        try:
+            self._save_shared = SharedBuffers(self._value_bytes, keep_bytes=old.keep_bytes, wrap=self._kv.host_view)
+        except OSError as exc:
+            self._save_shared = None
+            logger.warning("kvd: no new shared save buffers (%s); saves go through the socket", exc)
+        else:
+            self._free_save_slots.extend(range(self._save_shared.capacity))
+        self._retired_save_slots = 0
+        old.close()
 
     def flush(self, timeout: float = 30.0) -> bool:
-        """Wait until queued saves are sent (tests, shutdown)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self._saves.empty() and self._idle.wait(0.05) and self._saves.empty():
-                return True
-        return False
+        """Wait until the saver thread has finished every queued save (tests, shutdown)."""
+        with self._queue_state:
+            return self._queue_state.wait_for(lambda: self._outstanding == 0, timeout)
 
     # -- stats, shutdown ------------------------------------------------------------------------------------------
 
@@ -946,6 +1103,7 @@ class KvdConnector(KVConnectorBase_V1):
         "save_us",
         "save_gather_us",
         "saves_dropped",
+        "damaged_chunks",
     )
 
     def _maybe_worker_report(self, force: bool = False) -> None:
@@ -995,8 +1153,8 @@ class KvdConnector(KVConnectorBase_V1):
             self._fetcher.shutdown(wait=True, cancel_futures=True)  # a fetch in flight ends within timeout_ms
             for future, _ in self._fetching.values():
                 if future.done() and not future.cancelled() and future.exception() is None:
-                    self._landed_fetch_buffers.append(future.result()[1])
-            for buffers in self._landed_fetch_buffers + list(self._spare_fetch_buffers):
+                    self._landed_fetch_buffers.append((future.result()[1], False))
+            for buffers in [b for b, _ in self._landed_fetch_buffers] + list(self._spare_fetch_buffers):
                 if isinstance(buffers, SharedBuffers):
                     buffers.close()
         self._client.close()

@@ -142,11 +142,17 @@ client = KvdClient(ClientConfig(url=sys.argv[1], timeout_ms=20_000))
 values = [os.urandom(3000) for _ in range(5)]
 keys = [f"noroom:{i}" for i in range(5)]
 client.put_many(list(zip(keys, values)), skip_existing=False)
-buffers = SharedBuffers(4096, keep_bytes=2 * 4096)
+class Own(bytearray):  # what the caller's allocate makes (the connector: host tensors, as the slots' backing)
+    pass
+def allocate(size):
+    buf = Own(size)
+    return buf, memoryview(buf)
+buffers = SharedBuffers(4096, keep_bytes=2 * 4096, allocate=allocate)
 got = client.get_many(keys, 3000, into=buffers)  # 5 slots do not fit: this load comes through the socket
 assert buffers.capacity == 2, buffers.capacity
 assert [bytes(v) for v in got] == values
 assert [bytes(buffers.backing(i)[:3000]) for i in range(5)] == values
+assert [type(buffers.backing(i)) for i in range(5)] == [memoryview] * 2 + [Own] * 3
 got = client.get_many(keys[:2], 3000, into=buffers)  # two fit: kvd copies them
 assert [bytes(v) for v in got] == values[:2]
 print("getinto" if client._has_getinto else "mget")
@@ -156,7 +162,8 @@ buffers.close()
 
 def test_no_room_in_dev_shm_means_the_socket(kv_server: Server, kv_url: str) -> None:
     """Where /dev/shm has no room (a container's is often 64 MiB), the buffers are not made, or a long load's
-    values past the slots come through the socket into buffers of their own; nothing is lost either way."""
+    values past the slots come through the socket into buffers of their own, made by the caller's ``allocate``
+    (the connector copies out of them as out of the slots); nothing is lost either way."""
     r = subprocess.run([sys.executable, "-c", _NO_ROOM, kv_url], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == ("getinto" if kv_server.kind == "kvd" else "mget")

@@ -3,13 +3,18 @@
     <vllm-env python> tests/vllm/engine_runner.py SPEC.json OUT.json
 
 SPEC: {"model": dir, "block_size": 32, "connector": {extra_config} | null, "module": "connectors.vllm",
-       "class": "KvdConnector", "phases": [{"name": ..., "prompts": [[ids...], ...], "max_tokens": 8,
+       "class": "KvdConnector", "served_model_name": name, "hf_overrides": {...}, "enable_prompt_embeds": bool,
+       "phases": [{"name": ..., "prompts": [prompt, ...], "max_tokens": 8,
        "before": [action, ...], "abort": [i, ...], "abort_after_steps": 1}]}
+A prompt is a list of token ids, or {"ids": [...], "embeds": [first, end], "seed": N, "hidden": H}: those ids
+with the positions first..end-1 given as embeddings instead (random, from the seed), a mixed-mode prompt.
 A phase with "abort" runs step by step and aborts its prompts at those indexes after that many steps (their
 outputs are null).
 Actions run before a phase, in this process: {"op": "kill", "pid": N} stops the server;
 {"op": "noise", "url": ..., "prompt": [ids...]} overwrites every stored chunk of that prompt with a value built by
-the connector's own encoder (valid header and checksum) around a random payload.
+the connector's own encoder (valid header and checksum) around a random payload; {"op": "damage", "url": ...,
+"prompt": [ids...], "chunk": i} flips one payload byte of that prompt's stored chunk i (its checksum no longer
+matches).
 OUT: per phase, the greedy output token ids per prompt, wall time, and the connector's counters afterwards.
 """
 
@@ -70,6 +75,38 @@ def _noise(url: str, prompt: list[int]) -> int:
     return n
 
 
+def _damage(url: str, prompt: list[int], chunk: int) -> int:
+    """Flip one byte near the end of the stored value of ``prompt``'s chunk ``chunk``; its length, 0 if absent."""
+    import redis
+    from vllm.distributed.kv_transfer import get_kv_transfer_group
+
+    from connectors import hashing
+
+    conn = get_kv_transfer_group()
+    key = hashing.make_keys(conn._s.namespace, conn._fp, hashing.chunk_hashes(prompt, conn._s.chunk_size))[chunk]
+    r = redis.Redis.from_url(url)
+    value = r.get(key)
+    if value is None:
+        return 0
+    damaged = bytearray(value)
+    damaged[-100] ^= 0xFF
+    r.set(key, bytes(damaged))
+    return len(value)
+
+
+def _prompt(p: Any) -> dict[str, Any]:
+    if isinstance(p, list):
+        return {"prompt_token_ids": p}
+    import torch
+
+    first, end = p["embeds"]
+    hidden = int(p["hidden"])
+    embeds = torch.zeros(len(p["ids"]), hidden)  # rows at token positions are not used
+    embeds[first:end] = torch.randn(end - first, hidden, generator=torch.Generator().manual_seed(p["seed"])) * 0.08
+    mask = [not first <= i < end for i in range(len(p["ids"]))]
+    return {"prompt_token_ids": p["ids"], "prompt_embeds": embeds, "prompt_is_token_ids": mask}
+
+
 def _run_aborting(llm: Any, prompts: list[dict], params: Any, phase: dict) -> list[list[int] | None]:
     """The phase's prompts through the engine step by step; the requests at the indexes ``abort`` are aborted
     after ``abort_after_steps`` steps. Their outputs are None."""
@@ -97,6 +134,9 @@ def main() -> int:
     from connectors.testing import kv_transfer_config
 
     kwargs: dict = {}
+    for option in ("served_model_name", "hf_overrides", "enable_prompt_embeds"):
+        if spec.get(option):
+            kwargs[option] = spec[option]
     if spec.get("connector") is not None:
         kwargs["kv_transfer_config"] = kv_transfer_config(
             spec["connector"], spec.get("class", "KvdConnector"), spec.get("module", "connectors.vllm")
@@ -123,8 +163,10 @@ def main() -> int:
                 time.sleep(0.2)
             elif action["op"] == "noise":
                 results.setdefault("noised", []).append(_noise(action["url"], action["prompt"]))
+            elif action["op"] == "damage":
+                results.setdefault("damaged", []).append(_damage(action["url"], action["prompt"], action["chunk"]))
         params = SamplingParams(temperature=0.0, max_tokens=phase.get("max_tokens", 8), ignore_eos=True)
-        prompts = [{"prompt_token_ids": p} for p in phase["prompts"]]
+        prompts = [_prompt(p) for p in phase["prompts"]]
         t = time.perf_counter()
         if "abort" in phase:
             outputs = _run_aborting(llm, prompts, params, phase)

@@ -8,6 +8,7 @@ connector.
 
 from __future__ import annotations
 
+import array
 import random
 import shutil
 import tempfile
@@ -17,7 +18,8 @@ from typing import Any
 import pytest
 import redis
 
-from connectors.testing import Server
+from connectors import codec
+from connectors.testing import Server, target_kind
 
 CHUNK = 128
 _rng = random.Random(2024)
@@ -34,7 +36,9 @@ B = A[:400] + _tokens(300)
 # Prompt C: exactly 4 chunks; at least one token must be computed, so 3 chunks (384 tokens) can load.
 C = _tokens(512)
 D, E, F = _tokens(600), _tokens(450), _tokens(333)
-ALL = {"A": A, "B": B, "C": C, "D": D, "E": E, "F": F}
+# Prompt G: A's 5 chunks, then 3 chunks of its own and a 16-token tail.
+G = A[:640] + _tokens(400)
+ALL = {"A": A, "B": B, "C": C, "D": D, "E": E, "F": F, "G": G}
 
 
 def _conn(srv: Server, **extra: Any) -> dict[str, Any]:
@@ -170,6 +174,73 @@ def test_chunk_evicted_between_lookup_and_load_is_recomputed(engine, store: Serv
     assert evicted["stats"]["loaded_chunks"] == 2
     assert evicted["stats"]["load_errors"] == 3
     assert res["log"].count("could not be loaded") == 1
+
+
+def test_a_damaged_chunk_is_replaced_and_nothing_computed_over_it_is_saved(engine, store: Server, baseline) -> None:
+    """A stored value that fails its checksum: its load fails and vLLM recomputes from it; the connector deletes
+    it, and the recomputed chunk is saved in its place. The step that found it also computed G's later chunks,
+    over blocks the failed load left unfilled: those are not saved (they would pass every check, and change the
+    output of every later hit)."""
+    res = engine.run(
+        [
+            {"name": "cold", "prompts": [A]},
+            {
+                "name": "damaged",
+                "prompts": [G],
+                "before": [{"op": "damage", "url": store.url, "prompt": A, "chunk": 1}],
+            },
+            {"name": "repaired", "prompts": [G]},
+        ],
+        _conn(store),
+    )
+    cold, damaged, repaired = res["phases"]
+    assert res["damaged"][0] > 0  # the value was there to damage
+    assert cold["outputs"] == [baseline["A"]]
+    assert damaged["outputs"] == [baseline["G"]]
+    assert damaged["stats"]["damaged_chunks"] == 1
+    assert damaged["stats"]["load_errors"] == 4  # chunk 1 and the three after it, recomputed
+    assert repaired["outputs"] == [baseline["G"]]
+    assert repaired["stats"]["hit_tokens"] - damaged["stats"]["hit_tokens"] == 8 * CHUNK  # all of G, saved again
+    assert repaired["stats"]["load_errors"] == damaged["stats"]["load_errors"]
+    # Every chunk of G in kvd holds the KV a clean engine computes (another namespace, same keys otherwise),
+    # up to float rounding: none was computed over the blocks the failed load left unfilled.
+    engine.run([{"name": "clean", "prompts": [G]}], {**_conn(store), "namespace": "clean"})
+    r = redis.Redis(port=store.port)
+    clean = {k.split(b":", 2)[2]: r.get(k) for k in r.keys("kvd:clean:*")}
+    assert len(clean) == 8
+    for name, reference in clean.items():
+        kept = r.get(b"kvd:e2e:" + name)
+        assert kept is not None
+        got, want = (array.array("f", v[-codec.read_header(v).payload_len :]) for v in (kept, reference))
+        assert max(abs(a - b) for a, b in zip(got, want, strict=True)) < 1e-3, name
+
+
+def test_a_save_that_timed_out_never_stores_another_chunk_s_bytes(engine, tmp_path: Path, baseline) -> None:
+    """kvd stalls as the first KVD.SETFROM goes out: the save times out on the client, and kvd copies out of its
+    shared slots when it wakes. Those slots must not have been refilled meanwhile (by D's chunks, computed while
+    kvd sleeps), or A's keys would hold D's bytes. A's values, written late, must load."""
+    if target_kind() != "kvd":
+        pytest.skip("KVD.SETFROM is kvd's")
+    srv = Server(tmp_path / "stalling", persistence=False, enable_debug_command="local").start()
+    try:
+        res = engine.run(
+            [
+                {"name": "stalled", "prompts": [A]},
+                {"name": "meanwhile", "prompts": [D]},
+                {"name": "warm", "prompts": [A, D]},
+            ],
+            # Six save slots: A's five chunks take five, and a slot handed back would be D's next.
+            _conn(srv, timeout_ms=500, retry_after_s=0, save_queue_depth=6),
+            **{"class": "StallingSaveKvdConnector", "module": "faulty_connector"},
+        )
+    finally:
+        srv.stop()
+    stalled, meanwhile, warm = res["phases"]
+    assert "save slots retired" in res["log"]
+    assert stalled["outputs"] == [baseline["A"]] and meanwhile["outputs"] == [baseline["D"]]
+    assert warm["outputs"] == [baseline["A"], baseline["D"]]
+    assert warm["stats"].get("load_errors", 0) == 0 and warm["stats"].get("damaged_chunks", 0) == 0
+    assert warm["stats"]["loaded_chunks"] - meanwhile["stats"].get("loaded_chunks", 0) > 0
 
 
 def test_saves_and_loads_over_the_unix_socket(engine, baseline) -> None:
