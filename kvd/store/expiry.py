@@ -3,15 +3,17 @@
 Expired keys are never served: every read checks the entry's deadline first (lazy expiry, as in Redis's
 ``expireIfNeeded``). That alone would keep never-read keys in memory forever, so a background task also pops
 due deadlines from a min-heap, a bounded number per tick. A key whose TTL changed leaves a stale heap item
-behind; the sweep recognises it (the entry's deadline differs) and drops it, and the heap is rebuilt when
-stale items outnumber live ones, so its size stays O(keys with a TTL).
+behind; the sweep recognises it (the entry's deadline differs) and drops it. ``schedule`` rebuilds the heap
+from its live items (one per key: duplicates of the same deadline go too) once it has grown past twice what the
+last rebuild left plus 1024, so its size stays O(keys with a TTL) and a rebuild, O(n), comes at most once per
+n + 1024 schedules: O(1) amortised.
 
 The heap is also the set of keys with a TTL that the ``volatile-*`` eviction policies choose from
 (``kvd/store/eviction.py``): ``nearest`` is the key whose deadline comes first, ``sample`` draws some at random.
 Both tell live items from stale ones by the keyspace's table, and drop stale ones they meet.
 
-Complexity: schedule O(log n); one sweep O(k log n) for k popped items, bounded by ``limit``; nearest O(log n)
-per stale item dropped; sample O(k) for k items, O(n) when it has to clear out stale items first.
+Complexity: schedule O(log n) amortised; one sweep O(k log n) for k popped items, bounded by ``limit``;
+nearest O(log n) per stale item dropped; sample O(k) for k items, O(n) when it has to clear out stale items first.
 """
 
 from __future__ import annotations
@@ -24,18 +26,30 @@ if TYPE_CHECKING:
     from .lru import Entry
 
 
+REBUILD_SLACK = 1024  # stale items a heap may hold beyond twice its live ones before ``schedule`` rebuilds it
+
+
 class ExpiryHeap:
-    __slots__ = ("_heap", "live")
+    __slots__ = ("_heap", "_limit", "live")
 
     def __init__(self) -> None:
         self._heap: list[tuple[int, bytes]] = []
+        self._limit = REBUILD_SLACK  # the size past which ``schedule`` rebuilds the heap
         self.live = 0  # keys that currently have a TTL (maintained by the keyspace)
 
-    def schedule(self, key: bytes, deadline_ms: int) -> None:
-        heapq.heappush(self._heap, (deadline_ms, key))
-        if len(self._heap) > 2 * self.live + 1024:
-            self._heap = [item for item in self._heap if item[0] > 0]
-            heapq.heapify(self._heap)
+    def schedule(self, key: bytes, deadline_ms: int, current: dict[bytes, Entry]) -> None:
+        """Add ``key``'s new deadline (its entry, in ``current``, already carries it)."""
+        heap = self._heap
+        heapq.heappush(heap, (deadline_ms, key))
+        if len(heap) > self._limit:
+            self._rebuild_live(current)
+
+    def _rebuild_live(self, current: dict[bytes, Entry]) -> None:
+        """Keep only live items, one per key, and move the next rebuild to twice what is left (plus the slack)."""
+        live = self._live_item
+        self._heap = list({item for item in self._heap if live(item, current) is not None})
+        heapq.heapify(self._heap)
+        self._limit = 2 * len(self._heap) + REBUILD_SLACK
 
     def due(self, now_ms: int, limit: int) -> list[tuple[int, bytes]]:
         """Pop up to ``limit`` items whose deadline has passed; the caller checks each is still current."""
@@ -85,8 +99,8 @@ class ExpiryHeap:
                         break
             if picked:
                 return list(picked.values())
-            self._heap = heap = [item for item in heap if self._live_item(item, current) is not None]
-            heapq.heapify(heap)
+            self._rebuild_live(current)
+            heap = self._heap
         found = list({id(e): e for item in heap if (e := self._live_item(item, current)) is not None}.values())
         return found if len(found) <= n else random.sample(found, n)
 
@@ -98,7 +112,9 @@ class ExpiryHeap:
     def rebuild(self, items: list[tuple[int, bytes]]) -> None:
         self._heap = items
         heapq.heapify(self._heap)
+        self._limit = 2 * len(items) + REBUILD_SLACK
 
     def clear(self) -> None:
         self._heap.clear()
+        self._limit = REBUILD_SLACK
         self.live = 0

@@ -419,7 +419,7 @@ class Keyspace:
                 entry.atime = ram.lfu.touched(entry.atime)
         if expire_at:
             self.expiry.live += 1
-            self.expiry.schedule(key, expire_at)
+            self.expiry.schedule(key, expire_at, self._entries)
         if self.tracking is not None:
             self.tracking.invalidate(key)
         if self.feed is not None:
@@ -538,7 +538,7 @@ class Keyspace:
             self.expiry.live += 1
         entry.expire_at = expire_at
         if expire_at:
-            self.expiry.schedule(key, expire_at)
+            self.expiry.schedule(key, expire_at, self._entries)
 
     def flush(self) -> int:
         removed = len(self._entries)
