@@ -540,6 +540,8 @@ def _kvd(s: Server) -> list[tuple[str, object]]:
         ("ram_bytes", ram.resident_bytes),
         ("ram_hits", st.ram_hits),
         ("ram_evictions", st.ram_demotions),
+        # Of those, values whose record the disk budget had dropped: written to the log again as they left RAM.
+        ("ram_evictions_relogged", st.relogged),
         # Every key while the log is on: the keys the disk tier holds, save those whose record the disk budget
         # dropped while their value was in RAM (docs/operations.md); counting those would need a count per write.
         ("disk_keys", len(ks) if seg_log is not None else 0),

@@ -445,6 +445,11 @@ class SegmentLog(SegmentLogHooks):
     def misconf(self) -> str | None:
         return self._misconf
 
+    @property
+    def accepting(self) -> bool:
+        """Whether an append now goes to disk: not refusing writes (``misconf``) and not closing."""
+        return not self._refusing()
+
     def on_written(self, ticket: int, seg_id: int, end: int) -> None:
         """The writer's report: every record up to ``ticket`` is in the file, which ends at ``seg_id``@``end``.
 

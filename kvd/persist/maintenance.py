@@ -42,8 +42,8 @@ bytes are free to reclaim); if there is none, the *oldest* sealed segment is ret
 its live records whose values RAM still holds are carried forward, up to half the segment's size (so every
 eviction frees at least half a segment and RAM-resident data larger than the budget cannot churn forever);
 every other live record is dropped (``owner.dropped``: a key whose only copy was there is forgotten,
-a resident one becomes RAM-only, so it is lost at the next restart, a clean one included: nothing writes it
-back) and counted in ``disk_evictions``. Oldest-first matches the RAM tier's LRU
+a resident one becomes RAM-only, so it is lost at a restart while it stays in RAM, a clean one included; the
+keyspace logs it again when it demotes it) and counted in ``disk_evictions``. Oldest-first matches the RAM tier's LRU
 spirit (KV-cache chunks written long ago are the least likely to be reused) and frees a whole file at once; if
 only the active segment exists it is rolled first so it can be retired. ``max_disk`` should be a few segments.
 """

@@ -90,6 +90,7 @@ class TierStats:
         "promotions",
         "ram_demotions",
         "ram_hits",
+        "relogged",
     )
 
     def __init__(self) -> None:
@@ -633,7 +634,8 @@ class Keyspace:
             entry.loc = new
 
     def dropped(self, key: bytes, loc: Location) -> None:
-        """The disk budget removed this record; a cold key is gone, a resident one becomes RAM-only."""
+        """The disk budget removed this record; a cold key is gone, a resident one becomes RAM-only (logged again
+        when it leaves RAM: ``_demotable``)."""
         entry = self._entries.get(key)
         if entry is None or entry.loc != loc:
             return
@@ -688,6 +690,22 @@ class Keyspace:
         if type(value) is bytearray:  # received in place; small values are bytes and never pooled
             self.pool.give(value)
 
+    def _demotable(self, entry: Entry) -> bool:
+        """Whether a resident value can leave RAM and still be served: its record is on disk. A value the disk
+        budget left in RAM only (``dropped``) is logged again first, as a SET with its TTL, unless the log refuses
+        writes: else, once it was the least recently used, it would stop every demotion behind it (under
+        ``noeviction`` every write got -OOM with RAM full of values on disk) or cost keys that could have gone
+        to disk. It also makes that key survive a restart again. A write of it that fails (-MISCONF) loses the
+        key, as it loses any RAM-only key (``undo`` of a write whose key had no record before)."""
+        if entry.loc is not None:
+            return True
+        seg_log = self.log
+        if seg_log is None or not seg_log.accepting:
+            return False
+        entry.loc = seg_log.append_set(entry.key, entry.value, entry.expire_at, (None, entry.expire_at))  # type: ignore[arg-type]
+        self.stats.relogged += 1
+        return True
+
     def _demote(self, entry: Entry) -> None:
         value = entry.value
         self.ram.demote(entry)
@@ -724,7 +742,7 @@ class Keyspace:
             # Lossless demotion to disk is always allowed; deleting keys only as the policy says.
             while ram.hot and ram.used + extra > ram.budget and self.log is not None:
                 entry = ram.victim()
-                if entry is None or entry.loc is None:
+                if entry is None or not self._demotable(entry):
                     break
                 self._demote(entry)
             while ram.used + extra > ram.budget:
@@ -741,7 +759,7 @@ class Keyspace:
         ask_ram = self.log is not None or self.eviction.by_ram_order
         while ram.over_budget():
             entry = ram.victim() if ask_ram else None
-            if entry is not None and entry.loc is not None:
+            if entry is not None and self._demotable(entry):
                 self._demote(entry)
                 continue
             entry = self._doomed(entry)

@@ -235,3 +235,37 @@ def test_object_on_values_on_disk(server_factory):
     assert [r.object("encoding", k) for k in ("small", "word", "long")] == [b"int", b"embstr", b"raw"]
     assert r.object("encoding", "small") == b"int"  # now resident again
     assert r.get("small") == b"12"
+
+
+@pytest.mark.kvd_only  # the disk budget
+@pytest.mark.parametrize("policy", ["noeviction", "volatile-lru"])
+def test_a_value_the_disk_budget_left_in_ram_only_still_leaves_ram(server_factory, policy):
+    """A resident key whose record the disk budget drops (here: 600 KB, more than the half segment that is carried
+    forward) lives in RAM only. Once it was the least recently used, kvd stopped demoting at it: under
+    noeviction every write got -OOM with RAM full of values on disk, under volatile-* keys with a TTL were
+    deleted instead. It is now written to the log again as it leaves RAM, so it also survives a restart."""
+    srv = server_factory(
+        "--persistence", "yes", "--maxmemory", "4mb", "--segment-size", "1mb", "--max-disk", "8mb",
+        "--maxmemory-policy", policy,
+    )  # fmt: skip
+    r = srv.client()
+    big = os.urandom(600_000)
+    r.set("k0", big)
+    for i in range(3):
+        r.set(f"ttl{i}", b"t", ex=3600)
+    i = 1
+    while (srv.dir / "0000000001.seg").exists():  # k0's segment, the oldest: retired while k0 stays resident
+        assert i < 400, "the disk budget never retired the first segment"
+        r.set(f"k{i}", os.urandom(100_000))
+        assert r.get("k0") == big
+        assert r.mget("ttl0", "ttl1", "ttl2") == [b"t"] * 3  # read: resident, carried forward, never dropped
+        i += 1
+        time.sleep(0.005)
+    relogged = r.info("kvd").get("ram_evictions_relogged", 0)
+    for j in range(1000, 1045):  # k0 is no longer read: it becomes the least recently used and must go to disk
+        r.set(f"k{j}", os.urandom(100_000))  # noeviction: -OOM here
+    assert r.exists("ttl0", "ttl1", "ttl2") == 3  # volatile-lru deleted them once k0 stopped the demotions
+    assert r.info("kvd")["ram_evictions_relogged"] > relogged
+    assert r.get("k0") == big  # from disk
+    srv.restart()
+    assert srv.client().get("k0") == big  # its record is back on disk
