@@ -23,6 +23,8 @@ import random
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from .lru import Entry
 
 
@@ -103,6 +105,23 @@ class ExpiryHeap:
             heap = self._heap
         found = list({id(e): e for item in heap if (e := self._live_item(item, current)) is not None}.values())
         return found if len(found) <= n else random.sample(found, n)
+
+    def holds_at_least(self, current: dict[bytes, Entry], need: int, size: Callable[[Entry], int], limit: int) -> bool:
+        """Whether the live entries' ``size`` adds up to ``need`` or more, from at most ``limit`` items (True
+        past that: the caller then finds out by deleting, as Redis does)."""
+        total = 0
+        seen: set[bytes] = set()
+        for n, item in enumerate(self._heap):
+            if n >= limit:
+                return True
+            entry = self._live_item(item, current)
+            if entry is None or item[1] in seen:
+                continue
+            seen.add(item[1])
+            total += size(entry)
+            if total >= need:
+                return True
+        return False
 
     @staticmethod
     def _live_item(item: tuple[int, bytes], current: dict[bytes, Entry]) -> Entry | None:

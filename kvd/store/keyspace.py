@@ -18,7 +18,8 @@ checksum is never served: the key is dropped and the read is a miss.
 Eviction, when ``used > maxmemory``: the least recently used resident value is demoted (its key stays and is
 served from disk); only when no resident value is left, or persistence is off, are whole keys deleted, which
 ones as ``maxmemory-policy`` says (``kvd/store/eviction.py``). Under ``noeviction``, and under a ``volatile-*``
-policy once no key has a TTL, a write that does not fit gets ``-OOM`` instead.
+policy once no key has a TTL, a write that does not fit gets ``-OOM`` instead (``_charge``: a value that will
+live on disk only needs no room); no key is deleted for a write that is then refused.
 
 Expiry: lazy on every access plus a bounded background sweep (``expire_cycle``).
 """
@@ -64,6 +65,7 @@ TOUCHED = 0  # the write looked the key up (Redis's lookupKeyWrite): one more ac
 KEPT = 1  # the command counted its access when it read the value (APPEND, INCR, SETBIT): it carries over as is
 FRESH = 2  # a new object replaces the key (COPY, RESTORE): the history starts anew
 
+DELETABLE_SCAN = 4096  # TTL heap items a write refused for memory looks at before deleting keys (``_deletable``)
 SMALL_VALUE = 44  # up to this size a value read from disk is kept as bytes (Redis's embstr limit, OBJECT ENCODING)
 
 
@@ -438,8 +440,14 @@ class Keyspace:
 
     def _charge(self, key: bytes, value: Value) -> int:
         """What writing ``value`` to ``key`` adds to the RAM tier's count at most (the old value is not
-        subtracted: it may still be held elsewhere until the write is done)."""
-        return len(value) + (0 if key in self._entries else self.ram.key_charge(key))
+        subtracted: it may still be held elsewhere until the write is done). A value that will live on disk only
+        (the log is on and it is larger than half the RAM tier: ``_fits``) is charged only its key: it never
+        takes RAM."""
+        old = self._entries.get(key)
+        charge = 0 if old is not None else self.ram.key_charge(key)
+        if self.log is not None and not self._fits(value):
+            return charge
+        return charge + len(value)
 
     def unshare(self, key: bytes) -> None:
         """Redis's ``dbUnshareStringValue`` for a write that changes no byte (SETBIT of a bit that is already so):
@@ -736,20 +744,40 @@ class Keyspace:
         return not self.ram.budget or self.ram.value_charge(value) <= self.ram.budget // 2
 
     def _check_room(self, extra: int) -> None:
-        """Make room for ``extra`` more bytes as the policy allows, or raise ``OutOfMemory`` (nothing written)."""
+        """Make room for ``extra`` more bytes as the policy allows, or raise ``OutOfMemory`` (nothing written).
+        Demotion to disk loses nothing and is always allowed; keys are deleted only as the policy says, and only
+        once the keys it may delete are known to hold enough: a write that is refused costs no key."""
         ram = self.ram
         if ram.budget and ram.used + extra > ram.budget:
-            # Lossless demotion to disk is always allowed; deleting keys only as the policy says.
             while ram.hot and ram.used + extra > ram.budget and self.log is not None:
                 entry = ram.victim()
                 if entry is None or not self._demotable(entry):
                     break
                 self._demote(entry)
+            if ram.used + extra > ram.budget and not self._deletable(ram.used + extra - ram.budget):
+                raise OutOfMemory
             while ram.used + extra > ram.budget:
                 entry = self._doomed(None)
                 if entry is None:
                     raise OutOfMemory
                 self._evict_key(entry)
+
+    def _deletable(self, need: int) -> bool:
+        """Whether the keys the policy may delete hold ``need`` bytes of the RAM tier's count. Under a
+        ``volatile-*`` policy the keys with a TTL are summed until they reach it; past ``DELETABLE_SCAN`` of them
+        the answer is yes, and deleting goes on until enough is freed or none is left, as Redis's eviction does."""
+        policy = self.eviction
+        if not policy.deletes:
+            return False
+        if not policy.volatile:
+            return True
+        ram = self.ram
+        return self.expiry.holds_at_least(
+            self._entries,
+            need,
+            lambda e: ram.key_charge(e.key) + (ram.value_charge(e.value) if e.value is not None else 0),
+            DELETABLE_SCAN,
+        )
 
     def _evict(self) -> None:
         """Back under ``maxmemory``: demote values, then delete keys as the policy allows (it may allow none)."""

@@ -269,3 +269,41 @@ def test_a_value_the_disk_budget_left_in_ram_only_still_leaves_ram(server_factor
     assert r.get("k0") == big  # from disk
     srv.restart()
     assert srv.client().get("k0") == big  # its record is back on disk
+
+
+@pytest.mark.kvd_only  # the disk tier
+@pytest.mark.parametrize("policy", ["noeviction", "volatile-lru"])
+def test_a_value_kept_on_disk_only_is_charged_only_its_key(server_factory, policy):
+    """A value larger than half the RAM tier is stored on disk only; it used to be charged its whole length
+    before it was written, so under noeviction every resident value was demoted and the write refused anyway,
+    and under volatile-lru every key with a TTL was deleted first."""
+    srv = server_factory("--persistence", "yes", "--maxmemory", "1mb", "--maxmemory-policy", policy)
+    r = srv.client()
+    small = {f"ttl{i}": os.urandom(1000) for i in range(5)}
+    for key, value in small.items():
+        r.set(key, value, ex=3600)
+    r.set("plain", b"p" * 1000)
+    big = os.urandom(2_000_000)
+    assert r.set("big", big) is True
+    assert r.mset({"mid": os.urandom(600_000), "other": os.urandom(700_000)}) is True  # both on disk only
+    assert r.dbsize() == 9
+    assert r.info("stats")["evicted_keys"] == 0
+    assert r.info("kvd")["ram_evictions"] == 3  # the three large values, none of the small ones
+    assert r.get("big") == big
+    assert r.mget(list(small)) == list(small.values())
+
+
+@pytest.mark.kvd_only  # Redis deletes keys with a TTL and then refuses
+def test_a_write_refused_for_memory_deletes_no_key_first(server_factory):
+    srv = server_factory("--persistence", "no", "--maxmemory", "1mb", "--maxmemory-policy", "volatile-lru")
+    r = srv.client()
+    for i in range(5):
+        r.set(f"ttl{i}", b"t" * 50_000, ex=3600)
+    r.set("plain", b"p" * 600_000)
+    with pytest.raises(redis.exceptions.OutOfMemoryError):
+        r.set("more", b"m" * 500_000)  # deleting every key with a TTL (250 KB) could not make room for it
+    assert r.dbsize() == 6
+    assert r.info("stats")["evicted_keys"] == 0
+    assert r.set("fits", b"f" * 300_000) is True  # room for this one needs some of them: they go
+    assert 1 <= r.info("stats")["evicted_keys"] < 5
+    assert r.info("memory")["used_memory"] <= MiB
