@@ -18,8 +18,9 @@ checksum is never served: the key is dropped and the read is a miss.
 Eviction, when ``used > maxmemory``: the least recently used resident value is demoted (its key stays and is
 served from disk); only when no resident value is left, or persistence is off, are whole keys deleted, which
 ones as ``maxmemory-policy`` says (``kvd/store/eviction.py``). Under ``noeviction``, and under a ``volatile-*``
-policy once no key has a TTL, a write that does not fit gets ``-OOM`` instead (``_charge``: a value that will
-live on disk only needs no room); no key is deleted for a write that is then refused.
+policy once no key has a TTL, a write that does not fit gets ``-OOM`` instead: as in Redis, a write must find
+room for what its request brings (``_charge``; a value that will live on disk only needs none), and no key is
+deleted for a write that is then refused.
 
 Expiry: lazy on every access plus a bounded background sweep (``expire_cycle``).
 """
@@ -382,7 +383,7 @@ class Keyspace:
         to the key's access history (TOUCHED, KEPT, FRESH above; under LRU every write makes it the most recent,
         as in Redis, so only the LFU counter differs)."""
         if self.eviction.refuses and not moving and not room_checked and not self.following:
-            self._check_room(self._charge(key, value))
+            self._check_room(self._charge(key, value, history))
         seg_log = self.log
         old = self._entries.get(key)
         if seg_log is not None:
@@ -438,15 +439,21 @@ class Keyspace:
         if self.eviction.refuses and not self.following:
             self._check_room(sum(self._charge(k, v) for k, v in pairs))
 
-    def _charge(self, key: bytes, value: Value) -> int:
-        """What writing ``value`` to ``key`` adds to the RAM tier's count at most (the old value is not
-        subtracted: it may still be held elsewhere until the write is done). A value that will live on disk only
-        (the log is on and it is larger than half the RAM tier: ``_fits``) is charged only its key: it never
-        takes RAM."""
+    def _charge(self, key: bytes, value: Value, history: int = TOUCHED) -> int:
+        """The room a write of ``value`` to ``key`` must find under ``maxmemory`` before it runs, as Redis counts
+        it. Redis refuses a command when its memory, the request's own arguments included (they sit in the
+        client's query buffer, so a 350 KB SET needs 350 KB of room even to overwrite a 350 KB value), is over
+        ``maxmemory`` and eviction cannot free enough. So a SET, MSET or RESTORE is charged its value, and a new
+        key its overhead; a read-modify-write (``history`` KEPT: APPEND, SETRANGE, INCR, SETBIT, PFADD) of a
+        resident value only what it adds to it, which is what its request brings (APPEND's suffix, SETRANGE's
+        patch), not the whole new value. A value that will live on disk only (the log is on and it is larger than
+        half the RAM tier: ``_fits``) is charged only its key: it never takes RAM."""
         old = self._entries.get(key)
         charge = 0 if old is not None else self.ram.key_charge(key)
         if self.log is not None and not self._fits(value):
             return charge
+        if history == KEPT and old is not None and old.value is not None:
+            return charge + max(0, len(value) - len(old.value))
         return charge + len(value)
 
     def unshare(self, key: bytes) -> None:

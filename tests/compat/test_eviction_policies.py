@@ -61,6 +61,26 @@ def test_volatile_policies_delete_only_keys_with_a_ttl_then_refuse_writes(server
     assert r.set("after", VALUE)
 
 
+def test_noeviction_makes_a_write_find_room_for_what_its_request_brings(server_factory):
+    """Redis refuses a command when its memory, the request's arguments included, is over maxmemory: a SET must
+    find room for its whole value (an overwrite too: the new value is in memory beside the old one), while
+    APPEND, SETRANGE and INCR bring a few bytes whatever the size of the value they change. kvd charged those
+    the whole new value and refused them 300 KB below the limit."""
+    r = server_factory(maxmemory="64mb", maxmemory_policy="noeviction").client()
+    r.set("a", b"x" * 350_000)
+    r.set("b", b"y" * 350_000)
+    r.set("n", "1")
+    r.config_set("maxmemory", r.info("memory")["used_memory"] + 300_000)
+    with pytest.raises(redis.exceptions.OutOfMemoryError):
+        r.set("a", b"z" * 350_000)
+    with pytest.raises(redis.exceptions.OutOfMemoryError):
+        r.set("c", b"z" * 350_000)
+    assert r.setrange("a", 0, "!") == 350_000
+    assert r.incr("n") == 2
+    assert r.append("a", "!") == 350_001  # (Redis's string may then double its allocation, so nothing follows)
+    assert r.get("a") == b"!" + b"x" * 349_999 + b"!"
+
+
 def test_volatile_ttl_deletes_the_nearest_deadlines_first(server_factory):
     # 64 samples: Redis then sees every key with a TTL, and its choice is exact, as kvd's always is
     r = server_factory(maxmemory=BUDGET, maxmemory_policy="volatile-ttl", maxmemory_samples=64).client()
