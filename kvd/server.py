@@ -275,10 +275,11 @@ class Server:
         """CONFIG SET: adopt run-time changes (only keys in config.RUNTIME_KEYS can differ)."""
         old, self.settings = self.settings, new
         ks = self.keyspace
-        ks.ram.budget = new.maxmemory
+        ks.set_maxmemory(new.maxmemory)
         ks.set_policy(new.maxmemory_policy, new.lfu_log_factor, new.lfu_decay_time, new.maxmemory_samples)
-        if new.maxmemory < old.maxmemory or new.maxmemory_policy != old.maxmemory_policy:
-            ks._evict()
+        limited = new.maxmemory and (not old.maxmemory or new.maxmemory < old.maxmemory)  # 0 is no limit
+        if limited or new.maxmemory_policy != old.maxmemory_policy:
+            ks.evict()
         if new.notify_keyspace_events != old.notify_keyspace_events:
             ks.events = _events(self.pubsub, new)
         self.slowlog.configure(new.slowlog_log_slower_than, new.slowlog_max_len)

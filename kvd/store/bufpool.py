@@ -62,6 +62,17 @@ class BufferPool:
             self.held += size
             self.recycled += 1
 
+    def set_max_bytes(self, max_bytes: int) -> None:
+        """A new bound (CONFIG SET maxmemory): buffers past it are let go, the largest sizes first."""
+        self.max_bytes = max_bytes
+        for size in sorted(self._free, reverse=True):
+            stack = self._free[size]
+            while stack and self.held > max_bytes:
+                stack.pop()
+                self.held -= size
+            if not stack:
+                del self._free[size]
+
     def clear(self) -> None:
         self._free.clear()
         self.held = 0

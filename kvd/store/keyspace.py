@@ -70,6 +70,11 @@ DELETABLE_SCAN = 4096  # TTL heap items a write refused for memory looks at befo
 SMALL_VALUE = 44  # up to this size a value read from disk is kept as bytes (Redis's embstr limit, OBJECT ENCODING)
 
 
+def _pool_bytes(maxmemory: int) -> int:
+    """The buffer pool's bound: 1/16 of the RAM tier, at most 256 MiB (256 MiB without a budget)."""
+    return min(256 << 20, maxmemory // 16) if maxmemory else 256 << 20
+
+
 def lru_clock() -> int:
     """Whole seconds of the monotonic clock: the LRU clock entries are stamped with (the server's tick sets it)."""
     return int(time.monotonic())
@@ -129,7 +134,7 @@ class Keyspace:
         self.log = seg_log
         self.stats = TierStats()
         # Dropped values are recycled as receive buffers (kvd/store/bufpool.py); bounded by 1/16 of the RAM tier.
-        self.pool = BufferPool(min(256 << 20, maxmemory // 16) if maxmemory else 256 << 20)
+        self.pool = BufferPool(_pool_bytes(maxmemory))
         self._loads: dict[tuple[bytes, Any], asyncio.Future[Value | None]] = {}
         # Keys some client WATCHes -> how many clients, and -> how many times each was changed since the first of
         # them began (Redis's touchWatchedKey): EXEC compares the count with the one its WATCH saw, so a key that
@@ -153,6 +158,17 @@ class Keyspace:
         self.feed: ReplicationFeed | None = None
 
     # -- sizes -----------------------------------------------------------------------------------------------
+
+    def set_maxmemory(self, maxmemory: int) -> None:
+        """CONFIG SET maxmemory: the RAM tier's budget (0: none) and the buffer pool's bound, which follows it
+        (buffers past the new bound are let go). The caller then calls ``evict`` if the budget shrank or a limit
+        was set where there was none."""
+        self.ram.budget = maxmemory
+        self.pool.set_max_bytes(_pool_bytes(maxmemory))
+
+    def evict(self) -> None:
+        """Back under ``maxmemory`` now, as the policy allows (CONFIG SET maxmemory, maxmemory-policy)."""
+        self._evict()
 
     def __len__(self) -> int:
         return len(self._entries)

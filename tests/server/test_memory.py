@@ -97,6 +97,25 @@ def test_config_set_maxmemory_shrinks_now(server_factory):
     assert r.dbsize() < 20
 
 
+@pytest.mark.kvd_only  # kvd's buffer pool
+def test_config_set_maxmemory_from_unlimited_evicts_and_bounds_the_buffer_pool(server_factory):
+    """0 is no limit: a first limit set at run time evicted nothing (only a lower one did), and the pool of
+    recycled receive buffers kept the bound it got at start (256 MiB), here 58 MB held against 2 MB."""
+    srv = server_factory("--persistence", "no", "--maxmemory", "0")
+    r = srv.client()
+    for n in range(3):  # overwrites: each replaced value's buffer goes to the pool
+        for i in range(10):
+            r.set(f"k{i}", os.urandom(500_000 + 1000 * i + n))
+    assert r.memory_stats()["kvd.buffer-pool.bytes"] > 2 * MiB
+    assert r.config_set("maxmemory", "2mb") is True
+    assert r.info("memory")["used_memory"] <= 2 * MiB
+    assert r.info("stats")["evicted_keys"] > 0
+    assert r.memory_stats()["kvd.buffer-pool.bytes"] <= 2 * MiB // 16
+    for i in range(40):
+        r.set(f"k{i % 4}", os.urandom(500_000 + i))
+    assert r.memory_stats()["kvd.buffer-pool.bytes"] <= 2 * MiB // 16
+
+
 @pytest.mark.kvd_only  # the disk tier
 def test_value_larger_than_ram_tier_does_not_flush_it(server_factory):
     srv = server_factory("--persistence", "yes", "--maxmemory", "8mb")

@@ -66,3 +66,17 @@ def test_an_overwritten_value_goes_back_to_the_pool():
     ks.set(b"k", bytearray(MIN_SIZE))
     assert ks.pool.recycled == 1, "a buffer something else still holds must not be recycled"
     assert len(in_flight) == MIN_SIZE
+
+
+def test_a_lower_bound_lets_the_largest_buffers_go_first():
+    pool = BufferPool(max_bytes=1 << 30, per_size=8)
+    for size in (MIN_SIZE, 2 * MIN_SIZE, 4 * MIN_SIZE):
+        for _ in range(2):
+            pool.give(bytearray(size))
+    assert pool.held == 14 * MIN_SIZE
+    pool.set_max_bytes(5 * MIN_SIZE)  # CONFIG SET maxmemory
+    assert pool.held <= 5 * MIN_SIZE and pool.max_bytes == 5 * MIN_SIZE
+    assert pool.take(4 * MIN_SIZE) is None
+    assert pool.take(MIN_SIZE) is not None
+    pool.give(bytearray(8 * MIN_SIZE))  # past the new bound: not kept
+    assert pool.take(8 * MIN_SIZE) is None
