@@ -528,13 +528,17 @@ class Keyspace:
             entry.atime = lfu.touched(entry.atime) if lfu is not None else self.ram.clock
 
     def touch(self, key: bytes) -> bool:
-        """TOUCH: a live key becomes the most recently used (a cold one stays on disk); False if missing. A hit
-        or a miss, as Redis's lookupKeyRead counts it."""
+        """TOUCH: a live key becomes the most recently used (a cold one stays on disk, its stamp or counter
+        updated, as ``access`` does); False if missing. A hit or a miss, as Redis's lookupKeyRead counts it.
+        TOUCH counts as an access even under CLIENT NO-TOUCH."""
         entry = self.lookup_read(key)
         if entry is None:
             return False
         if entry.value is not None:
-            self._touch_read(entry)  # TOUCH counts as an access even under CLIENT NO-TOUCH
+            self._touch_read(entry)
+        else:
+            lfu = self.ram.lfu
+            entry.atime = lfu.touched(entry.atime) if lfu is not None else self.ram.clock
         return True
 
     def delete(self, key: bytes) -> bool:

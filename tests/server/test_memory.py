@@ -240,6 +240,35 @@ def test_client_no_touch_reads_leave_the_lru_order(server_factory, no_touch):
 
 
 @pytest.mark.kvd_only  # the disk tier
+@pytest.mark.parametrize("policy", ["allkeys-lru", "allkeys-lfu"])
+def test_touch_of_a_value_on_disk_is_an_access(server_factory, policy):
+    """TOUCH resets the idle time (under LFU: adds to the counter) of a key whose value is on disk, as Redis's
+    TOUCH does any key's; it only did so for values in RAM. The value stays on disk."""
+    srv = server_factory(
+        "--persistence", "yes", "--maxmemory", "4mb", "--maxmemory-policy", policy,
+        "--lfu-log-factor", "0", "--lfu-decay-time", "0",
+    )  # fmt: skip
+    r = srv.client()
+    r.set("t", "small")
+    time.sleep(2.5)
+    r.mset({f"fill{i}": bytes([i]) * MiB for i in range(8)})  # "t", the oldest, goes to disk
+    cold = r.info("kvd")["disk_only_keys"]
+    assert cold >= 1
+    if policy == "allkeys-lfu":
+        assert r.object("freq", "t") == 5
+    else:
+        assert r.object("idletime", "t") >= 2
+    hits = r.info("kvd")["disk_hits"]
+    assert r.touch("t") == 1
+    if policy == "allkeys-lfu":
+        assert r.object("freq", "t") == 6
+    else:
+        assert r.object("idletime", "t") <= 1
+    assert r.info("kvd")["disk_only_keys"] == cold  # still on disk: nothing was read
+    assert r.info("kvd")["disk_hits"] == hits
+
+
+@pytest.mark.kvd_only  # the disk tier
 def test_object_on_values_on_disk(server_factory):
     """A value moved to disk keeps its idle time (a demotion is not an access) and its encoding: a short one is
     read back to tell int from embstr, and stays bytes once read."""
