@@ -315,18 +315,33 @@ class Keyspace:
             log.warning("reading key %r from disk failed: %s", token[0][:64], future.exception())
 
     async def _load(self, key: bytes, entry: Entry) -> Value | None:
+        """Read the value of ``entry`` (the key's when the read began) and promote it. If that record stops being
+        the key's before it could be read (the key's write failed and was undone, compaction moved the key and
+        that copy's write failed, the disk budget retired it), the key is read as it is now: null only for a key
+        that is gone, and a record that is still the key's and fails verification drops the key."""
         from kvd.persist import CorruptRecord
 
-        assert self.log is not None and entry.loc is not None
-        loc = entry.loc
-        try:
-            value = await self.log.read_value(key, loc)
-        except CorruptRecord as exc:
-            self.stats.corrupt_reads += 1
-            log.warning("dropping key %r: its record on disk failed verification (%s)", key[:64], exc)
-            if self._entries.get(key) is entry and entry.loc == loc:
-                self._remove(key, entry, log_delete=True)
-            return None
+        assert self.log is not None
+        while True:
+            loc = entry.loc  # None: a lost write's entry, undone before this task first ran
+            if loc is not None:
+                try:
+                    value = await self.log.read_value(key, loc)
+                    break
+                except CorruptRecord as exc:
+                    if self._entries.get(key) is entry and entry.loc == loc:
+                        self.stats.corrupt_reads += 1
+                        log.warning("dropping key %r: its record on disk failed verification (%s)", key[:64], exc)
+                        self._remove(key, entry, log_delete=True)
+                        return None
+            current = self.lookup(key)
+            if current is None:
+                return None
+            if current.value is not None:
+                return current.value
+            if current is entry and current.loc == loc:
+                return None  # (cannot happen: a cold entry always has its record)
+            entry = current
         if len(value) <= SMALL_VALUE:
             value = bytes(value)  # as small values arrive from clients: a bytes object is 24 bytes smaller
         # Promote only if nobody changed the key while we read (every write gives the entry a new location).
