@@ -12,7 +12,9 @@ seconds as Redis's; CLIENT NO-TOUCH reads and OBJECT itself do not count); under
 Redis's error, as FREQ, the access counter (kvd/store/lfu.py), does under any other policy.
 
 OBJECT does not touch the key. A key whose value is on disk answers IDLETIME and REFCOUNT from memory; its
-ENCODING needs the value's bytes only when it is 44 bytes or shorter, and then reads it.
+ENCODING needs the value's bytes only when it is 44 bytes or shorter, and then reads them from disk, leaving the
+value there and the key's access history as it was; a short value APPEND or SETRANGE built stays ``raw`` across
+a stay on disk, as it would in Redis's memory.
 """
 
 from __future__ import annotations
@@ -97,15 +99,15 @@ def object_encoding(c: Client, argv: list[Any]) -> Any:
 
 def with_encoding(c: Client, key: bytes, entry: Entry, use: Callable[[bytes | None], None]) -> Any:
     """Call ``use`` with the entry's encoding (None: the value went away while it was read). A cold value is
-    read only when it is short enough to be anything but ``raw``; returns what the connection must await, if
-    anything (``then``)."""
+    read only when it is short enough to be anything but ``raw``, and stays on disk, untouched; returns what the
+    connection must await, if anything (``then``)."""
     if entry.value is not None:
         use(encoding(entry.value))
         return None
     if entry.value_len > SMALL_VALUE:
         use(b"raw")
         return None
-    return then(c.keyspace.load(key, entry), lambda v: use(None if v is None else encoding(v)))
+    return then(c.keyspace.read_untouched(key, entry), lambda v: use(None if v is None else encoding(v)))
 
 
 def refcount(c: Client, entry: Entry) -> int:

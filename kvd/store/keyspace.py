@@ -136,6 +136,10 @@ class Keyspace:
         # Dropped values are recycled as receive buffers (kvd/store/bufpool.py); bounded by 1/16 of the RAM tier.
         self.pool = BufferPool(_pool_bytes(maxmemory))
         self._loads: dict[tuple[bytes, Any], asyncio.Future[Value | None]] = {}
+        # Cold entries whose value was a short bytearray when it left RAM (APPEND, SETRANGE and the bitmap
+        # commands build those: Redis's raw strings, OBJECT ENCODING): read back, it is a bytearray again. Only
+        # such entries pay for it (a set member while cold), where a flag in every Entry would cost 8 bytes a key.
+        self._raw_cold: set[Entry] = set()
         # Keys some client WATCHes -> how many clients, and -> how many times each was changed since the first of
         # them began (Redis's touchWatchedKey): EXEC compares the count with the one its WATCH saw, so a key that
         # was changed and changed back (created then deleted, a TTL set then removed) still fails it.
@@ -315,10 +319,29 @@ class Keyspace:
             log.warning("reading key %r from disk failed: %s", token[0][:64], future.exception())
 
     async def _load(self, key: bytes, entry: Entry) -> Value | None:
-        """Read the value of ``entry`` (the key's when the read began) and promote it. If that record stops being
-        the key's before it could be read (the key's write failed and was undone, compaction moved the key and
-        that copy's write failed, the disk budget retired it), the key is read as it is now: null only for a key
-        that is gone, and a record that is still the key's and fails verification drops the key."""
+        """Read the value of ``entry`` (the key's when the read began, ``_read``) and promote it into RAM."""
+        value, entry, loc = await self._read(key, entry)  # type: ignore[assignment]
+        if loc is None:  # the key is gone, or its value is in RAM now
+            return value
+        value = self._as_held(entry, value)  # type: ignore[arg-type]
+        # Promote only if nobody changed the key while we read (every write gives the entry a new location).
+        if self._entries.get(key) is entry and entry.value is None and entry.loc == loc and self._fits(value):
+            entry.value = value
+            self._raw_cold.discard(entry)
+            self.ram.admit(entry)
+            if self.ram.lfu is not None:  # the read that promoted it is an access (under LRU, admit stamped it)
+                entry.atime = self.ram.lfu.touched(entry.atime)
+            self.stats.promotions += 1
+            self._evict()
+        return value
+
+    async def _read(self, key: bytes, entry: Entry) -> tuple[Value | None, Entry | None, Location | None]:
+        """The value of a cold ``entry``, read from disk: (value, the entry, the record it was read from), or
+        (the value, its entry, None) if the key's value is in RAM by the time it is read, (None, None, None) if
+        the key is gone. If that record stops being the key's before it could be read (the key's write failed
+        and was undone, compaction moved the key and that copy's write failed, the disk budget retired it), the
+        key is read as it is now: None only for a key that is gone; a record that is still the key's and fails
+        verification drops the key."""
         from kvd.persist import CorruptRecord
 
         assert self.log is not None
@@ -326,33 +349,38 @@ class Keyspace:
             loc = entry.loc  # None: a lost write's entry, undone before this task first ran
             if loc is not None:
                 try:
-                    value = await self.log.read_value(key, loc)
-                    break
+                    return await self.log.read_value(key, loc), entry, loc
                 except CorruptRecord as exc:
                     if self._entries.get(key) is entry and entry.loc == loc:
                         self.stats.corrupt_reads += 1
                         log.warning("dropping key %r: its record on disk failed verification (%s)", key[:64], exc)
                         self._remove(key, entry, log_delete=True)
-                        return None
+                        return None, None, None
             current = self.lookup(key)
-            if current is None:
-                return None
+            if current is None or (current is entry and current.loc == loc):  # (a cold entry has its record)
+                return None, None, None
             if current.value is not None:
-                return current.value
-            if current is entry and current.loc == loc:
-                return None  # (cannot happen: a cold entry always has its record)
+                return current.value, current, None
             entry = current
-        if len(value) <= SMALL_VALUE:
-            value = bytes(value)  # as small values arrive from clients: a bytes object is 24 bytes smaller
-        # Promote only if nobody changed the key while we read (every write gives the entry a new location).
-        if self._entries.get(key) is entry and entry.value is None and entry.loc == loc and self._fits(value):
-            entry.value = value
-            self.ram.admit(entry)
-            if self.ram.lfu is not None:  # the read that promoted it is an access (under LRU, admit stamped it)
-                entry.atime = self.ram.lfu.touched(entry.atime)
-            self.stats.promotions += 1
-            self._evict()
+
+    def _as_held(self, entry: Entry, value: bytearray) -> Value:
+        """A value read from disk in the form RAM holds it: a short one as bytes, as short values arrive from
+        clients (24 bytes smaller), unless it was a bytearray when it left RAM (``_raw_cold``)."""
+        if len(value) <= SMALL_VALUE and entry not in self._raw_cold:
+            return bytes(value)
         return value
+
+    def read_untouched(self, key: bytes, entry: Entry) -> asyncio.Future[Value | None]:
+        """The value of a cold ``entry``, read from disk without promoting it or counting an access (OBJECT
+        ENCODING, DEBUG OBJECT, as DEBUG DIGEST reads), in the form RAM would hold it; None if the key is gone."""
+
+        async def read() -> Value | None:
+            value, current, loc = await self._read(key, entry)
+            if value is None or loc is None:
+                return value
+            return self._as_held(current, value)  # type: ignore[arg-type]
+
+        return asyncio.ensure_future(read())
 
     def prefix_length(self, keys: list[bytes], prefetch: bool = True) -> int:
         """How many leading ``keys`` exist. Hits are touched (a load usually follows), and cold ones are
@@ -607,6 +635,7 @@ class Keyspace:
         self.scan.clear()
         self.expiry.clear()
         self.pool.clear()
+        self._raw_cold.clear()
         return removed
 
     # -- iteration -------------------------------------------------------------------------------------------
@@ -726,6 +755,8 @@ class Keyspace:
 
     def _detach(self, key: bytes, entry: Entry) -> None:
         """Unhook an entry that is being replaced: RAM charge, TTL count and its disk record."""
+        if self._raw_cold:
+            self._raw_cold.discard(entry)
         self.ram.release(entry)
         if entry.expire_at:
             self.expiry.live -= 1
@@ -758,6 +789,8 @@ class Keyspace:
 
     def _demote(self, entry: Entry) -> None:
         value = entry.value
+        if type(value) is bytearray and len(value) <= SMALL_VALUE:
+            self._raw_cold.add(entry)  # built by APPEND, SETRANGE, SETBIT: raw, also once it is read back
         self.ram.demote(entry)
         self.stats.ram_demotions += 1
         self.pool.give(value)
@@ -770,6 +803,8 @@ class Keyspace:
             self.tracking.invalidate(key)
         if self.feed is not None:
             self.feed.delete(key)
+        if self._raw_cold:
+            self._raw_cold.discard(entry)
         self.ram.release(entry)
         self.ram.drop_key(key)
         self.scan.remove(entry)

@@ -271,18 +271,28 @@ def test_touch_of_a_value_on_disk_is_an_access(server_factory, policy):
 @pytest.mark.kvd_only  # the disk tier
 def test_object_on_values_on_disk(server_factory):
     """A value moved to disk keeps its idle time (a demotion is not an access) and its encoding: a short one is
-    read back to tell int from embstr, and stays bytes once read."""
-    srv = server_factory("--persistence", "yes", "--maxmemory", "4mb")
+    read from disk to tell int from embstr, and left there, its idle time as it was (OBJECT ENCODING brought it
+    into RAM and reset it); a short one APPEND built stays raw, on disk and back in RAM (it came back embstr)."""
+    srv = server_factory("--persistence", "yes", "--maxmemory", "4mb", "--enable-debug-command", "yes")
     r = srv.client()
     r.mset({"small": "12", "word": "hello", "long": "x" * 100})
-    time.sleep(1.6)  # the LRU clock is the server's cached one: up to a tick (or a busy loop's delay) behind
+    r.set("built", "x")
+    assert r.append("built", "y") == 2
+    time.sleep(2.2)  # the LRU clock is the server's cached one: up to a tick (or a busy loop's delay) behind
     demoted = r.info("kvd")["ram_evictions"]
-    r.mset({f"fill{i}": bytes([i]) * (1 << 20) for i in range(8)})  # the three oldest values go to disk
-    assert r.info("kvd")["ram_evictions"] >= demoted + 3
-    assert r.object("idletime", "small") >= 1
-    assert [r.object("encoding", k) for k in ("small", "word", "long")] == [b"int", b"embstr", b"raw"]
-    assert r.object("encoding", "small") == b"int"  # now resident again
-    assert r.get("small") == b"12"
+    r.mset({f"fill{i}": bytes([i]) * (1 << 20) for i in range(8)})  # the four oldest values go to disk
+    assert r.info("kvd")["ram_evictions"] >= demoted + 4
+    idle = r.object("idletime", "small")
+    assert idle >= 2
+    cold = r.info("kvd")["disk_only_keys"]
+    names = ("small", "word", "long", "built")
+    assert [r.object("encoding", k) for k in names] == [b"int", b"embstr", b"raw", b"raw"]
+    assert r.execute_command("DEBUG", "OBJECT", "word").split()[3] == b"encoding:embstr"
+    assert r.object("idletime", "small") >= idle
+    assert r.info("kvd")["disk_only_keys"] == cold  # read, and left on disk
+    assert r.mget("small", "built") == [b"12", b"xy"]  # now in RAM
+    assert r.info("kvd")["disk_only_keys"] == cold - 2
+    assert [r.object("encoding", k) for k in ("small", "built")] == [b"int", b"raw"]
 
 
 @pytest.mark.kvd_only  # the disk budget
