@@ -524,8 +524,9 @@ def _cluster(s: Server) -> list[tuple[str, object]]:
 
 
 def _keyspace(s: Server) -> list[tuple[str, object]]:
-    n = len(s.keyspace)
-    return [("db0", f"keys={n},expires={s.keyspace.expires_count},avg_ttl=0")] if n else []
+    ks = s.keyspace
+    n = len(ks)
+    return [("db0", f"keys={n},expires={ks.expires_count},avg_ttl={ks.average_ttl()}")] if n else []
 
 
 def _kvd(s: Server) -> list[tuple[str, object]]:

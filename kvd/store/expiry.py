@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from .lru import Entry
 
 
+AVG_TTL_SAMPLES = 64  # keys with a TTL drawn for INFO keyspace's avg_ttl
 REBUILD_SLACK = 1024  # stale items a heap may hold beyond twice its live ones before ``schedule`` rebuilds it
 
 
@@ -105,6 +106,13 @@ class ExpiryHeap:
             heap = self._heap
         found = list({id(e): e for item in heap if (e := self._live_item(item, current)) is not None}.values())
         return found if len(found) <= n else random.sample(found, n)
+
+    def average_ttl(self, current: dict[bytes, Entry], now_ms: int, samples: int = AVG_TTL_SAMPLES) -> int:
+        """INFO keyspace's ``avg_ttl``: the mean time to live, in ms, of up to ``samples`` keys with a TTL drawn
+        at random (all of them when there are no more), 0 when none has one. Redis's is a running average of the
+        keys its expiry cycle samples; both are estimates."""
+        ttls = [entry.expire_at - now_ms for entry in self.sample(current, samples) if entry.expire_at > now_ms]
+        return sum(ttls) // len(ttls) if ttls else 0
 
     def holds_at_least(self, current: dict[bytes, Entry], need: int, size: Callable[[Entry], int], limit: int) -> bool:
         """Whether the live entries' ``size`` adds up to ``need`` or more, from at most ``limit`` items (True

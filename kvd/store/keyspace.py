@@ -181,6 +181,10 @@ class Keyspace:
     def expires_count(self) -> int:
         return self.expiry.live
 
+    def average_ttl(self) -> int:
+        """INFO keyspace's avg_ttl (ms): estimated from a sample of the keys with a TTL (``ExpiryHeap``)."""
+        return self.expiry.average_ttl(self._entries, now_ms()) if self.expiry.live else 0
+
     # -- reading ---------------------------------------------------------------------------------------------
 
     def lookup(self, key: bytes, now: int | None = None) -> Entry | None:

@@ -377,6 +377,20 @@ def test_info_sections_have_redis_s_fields_in_redis_s_order(server, redis_server
     assert [name for name in mine if name in theirs] == theirs
 
 
+def test_info_keyspace_estimates_the_average_ttl(server):
+    """avg_ttl, in ms, of the keys with a TTL (kvd printed 0). Redis's is a running average of what its expiry
+    cycle samples, 0 until the first cycle has seen them: waited for."""
+    r = server.client()
+    for i in range(50):
+        r.set(f"ttl:{i}", "v", ex=3600)
+    r.set("plain", "v")
+    deadline = time.monotonic() + 10
+    while (db := r.info("keyspace")["db0"])["avg_ttl"] == 0 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert (db["keys"], db["expires"]) == (51, 50)
+    assert 3_500_000 < db["avg_ttl"] <= 3_600_000
+
+
 @pytest.mark.kvd_only  # the numbers of kvd's exact sweep
 def test_info_counts_expiry_sweeps_that_stop_at_their_limit(server):
     """More keys expire at once than one sweep takes (2000 per 100 ms tick): the sweeps that stopped with keys

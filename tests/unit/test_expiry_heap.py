@@ -9,7 +9,7 @@ import heapq
 import pytest
 
 from kvd.store import expiry
-from kvd.store.keyspace import Keyspace
+from kvd.store.keyspace import Keyspace, now_ms
 
 FAR = 10**13  # a deadline in the year 2286: nothing expires during the test
 
@@ -60,3 +60,20 @@ def test_many_live_keys_rebuild_geometrically_and_stale_ones_go(heapify_calls):
         ks.set_expire(b"k%d" % i, FAR + n + i)  # every item goes stale once
     assert len(ks.expiry._heap) <= 2 * n + expiry.REBUILD_SLACK + 1
     assert ks.expiry.live == n
+
+
+def test_average_ttl_of_a_few_keys_is_exact_and_of_many_an_estimate():
+    ks = Keyspace(maxmemory=0)
+    assert ks.average_ttl() == 0
+    ks.set(b"plain", b"v")
+    now = now_ms()
+    for i in range(40):  # fewer than the sample: every one counts
+        ks.set(b"k%d" % i, b"v", expire_at=now + (1_000_000 if i % 2 else 3_000_000))
+    assert 1_990_000 < ks.average_ttl() <= 2_000_000
+    for i in range(40, 4000):
+        ks.set(b"k%d" % i, b"v", expire_at=now + (1_000_000 if i % 2 else 3_000_000))
+    for i in range(0, 4000, 3):
+        ks.set_expire(b"k%d" % i, now + 2_000_000)  # stale items among the live ones
+    estimates = [ks.average_ttl() for _ in range(20)]
+    assert all(1_400_000 < e < 2_600_000 for e in estimates)  # 64 draws of 1000 s or 3000 s: sd 125 s
+    assert 1_800_000 < sum(estimates) / len(estimates) < 2_200_000
