@@ -748,7 +748,7 @@ class Client(asyncio.BufferedProtocol):
         if self._log_dirty:
             self._log_dirty = False
             seg_log = self.keyspace.log
-            if seg_log is not None and seg_log.when_written(self._release):
+            if seg_log is not None and seg_log.when_stored(self._release):
                 self._busy = True  # reading pauses if the client sends more before the log confirms
                 return
         self._write_spans.clear()

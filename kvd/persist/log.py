@@ -58,6 +58,7 @@ from .writer import OP_FAIL, OP_PROBE, OP_REC, OP_ROLL, OP_STOP, OP_SYNC, Segmen
 MISCONF_PREFIX = "MISCONF Errors writing to the AOF file: "
 PROBE_INTERVAL = 1.0
 TICK_INTERVAL = 0.1
+HARD_LIMIT_SEGMENTS = 4  # the disk budget holds writers past max-disk + max(max-disk / 8, this many segments)
 Value = bytes | bytearray | memoryview
 
 # One append, from _append() until the writer reports it written: the writer's op (OP_REC, ticket, segment id,
@@ -94,7 +95,6 @@ class SegmentLog(SegmentLogHooks):
             raise PersistError(f"directory {self.directory} is not writable")
         self.segment_size = segment_size
         self.appendfsync = appendfsync
-        self.max_disk = max_disk
         self.compaction_dead_ratio = compaction_dead_ratio
         self.logger = logger or logging.getLogger("kvd.persist")
 
@@ -128,6 +128,13 @@ class SegmentLog(SegmentLogHooks):
         self._closing = False
         self._closed = False
         self._latency: Callable[[str, float], None] | None = None
+        # The disk budget's back-pressure (``when_stored``): client batches whose replies wait until the segment
+        # files are back under ``hard_limit``; the files' size as of the last check, and the bytes appended then.
+        self._held: deque[Callable[[BaseException | None], None]] = deque()
+        self._disk_checked = 0
+        self._appended_checked = 0
+        self.hard_limit = 0
+        self.set_max_disk(max_disk)
 
         self._loop: asyncio.AbstractEventLoop | None = None
         self._owner: LogOwner | None = None
@@ -158,6 +165,7 @@ class SegmentLog(SegmentLogHooks):
         self.compacted_bytes = 0
         self.rewritten_bytes = 0
         self.disk_evictions = 0
+        self.budget_holds = 0  # client batches held by the disk budget
         self.corrupt_reads = 0
         self.lost_records = 0
         self.flushes = 0
@@ -195,6 +203,15 @@ class SegmentLog(SegmentLogHooks):
         if self._lock_fd < 0:
             self._lock_fd = lock_directory(self.directory)
 
+    def set_max_disk(self, max_disk: int) -> None:
+        """The disk budget (0: none), and the limit past which it holds writers: ``max_disk`` and a margin of an
+        eighth of it, at least ``HARD_LIMIT_SEGMENTS`` segments (``when_stored``)."""
+        self.max_disk = max_disk
+        margin = max(max_disk // 8, HARD_LIMIT_SEGMENTS * self.segment_size)
+        self.hard_limit = max_disk + margin if max_disk else 0
+        if self._held:  # CONFIG SET max-disk: held batches may go now
+            self._check_disk()
+
     def set_appendfsync(self, policy: str) -> None:
         """CONFIG SET appendfsync: takes effect from the writer's next batch."""
         if policy not in ("always", "everysec", "no"):
@@ -216,6 +233,7 @@ class SegmentLog(SegmentLogHooks):
         assert self._active is not None
         self._loop = loop
         self._owner = owner
+        self._disk_checked, self._appended_checked = self.disk_bytes(), self.appended_bytes
         self._maint = ThreadPoolExecutor(1, thread_name_prefix="kvd-aof-maint")
         for seg in self._segments.values():  # recovery collected their key hashes; the filters are built here
             if seg is not self._active:
@@ -415,6 +433,42 @@ class SegmentLog(SegmentLogHooks):
         else:
             self._barriers.append((t, waiter))
         return True
+
+    def when_stored(self, waiter: Callable[[BaseException | None], None]) -> bool:
+        """``when_written`` for a client's batch of writes, with the disk budget's back-pressure: while the segment
+        files are past ``hard_limit`` (``max_disk`` and a margin), the batch's replies wait, once written, until
+        eviction has brought them back under it. The connection stops reading from a client whose replies wait,
+        so writers cannot fill the disk faster than the budget retires segments; what they had sent already is
+        what can pass the limit. Not while the log refuses writes (none are accepted then anyway)."""
+        if not self._over_hard_limit():
+            return self.when_written(waiter)
+        self.budget_holds += 1
+
+        def written(error: BaseException | None) -> None:
+            if error is not None or not self._over_hard_limit():
+                waiter(error)
+            else:
+                self._held.append(waiter)
+
+        if not self.when_written(written):
+            self._held.append(waiter)
+        return True
+
+    def _over_hard_limit(self) -> bool:
+        """Whether the files are past ``hard_limit``: their size at the last check (``_check_disk``), plus what
+        was appended since, which a check per batch would cost a sum over every segment to know."""
+        if not self.hard_limit or self._misconf is not None or self._closing:
+            return False
+        return self._disk_checked + self.appended_bytes - self._appended_checked > self.hard_limit
+
+    def _check_disk(self) -> None:
+        """Measure the files again (each tick, and once retired segments are gone), and release the held
+        batches if they are back under ``hard_limit``."""
+        self._disk_checked = self.disk_bytes()
+        self._appended_checked = self.appended_bytes
+        held = self._held
+        while held and not self._over_hard_limit():
+            self._wake(held.popleft(), None)
 
     def barrier(self) -> asyncio.Future[None] | None:
         """``when_written`` as a future to await; None if there is nothing to wait for."""
@@ -640,6 +694,8 @@ class SegmentLog(SegmentLogHooks):
                     del self._segments[seg.key]
                 seg.doomed = True
                 self._maybe_close(seg)
+            if (self.hard_limit or self._held) and not self._closing:
+                self._check_disk()
 
         fut.add_done_callback(forget)
         return fut
@@ -721,6 +777,8 @@ class SegmentLog(SegmentLogHooks):
         if self._closing or self._loop is None:
             return
         try:
+            if self.hard_limit or self._held:
+                self._check_disk()
             self._start_job()
         finally:
             self._tick_handle = self._loop.call_later(TICK_INTERVAL, self._tick)
@@ -782,6 +840,8 @@ class SegmentLog(SegmentLogHooks):
         for handle in (self._tick_handle, self._probe_handle):
             if handle is not None:
                 handle.cancel()
+        while self._held:  # written: only the disk budget held them
+            self._wake(self._held.popleft(), None)
         job = self.job
         if job is not None and job.task is not None:
             job.aborted = True
@@ -852,6 +912,8 @@ class SegmentLog(SegmentLogHooks):
             "compacted_bytes": self.compacted_bytes,
             "rewritten_bytes": self.rewritten_bytes,
             "disk_evictions": self.disk_evictions,
+            "disk_budget_holds": self.budget_holds,
+            "disk_budget_held": len(self._held),
             "corrupt_reads": self.corrupt_reads,
             "write_errors": w.write_errors if w else 0,
             "lost_records": self.lost_records,

@@ -38,21 +38,25 @@ cancels the old SET on restart but can never cancel a newer one (recovery applie
 filter's false positives only keep an unneeded tombstone.
 
 Disk budget (``max_disk`` > 0). When segment bytes exceed the budget, a compaction candidate goes first (dead
-bytes are free to reclaim); if there is none, the *oldest* sealed segment is retired:
-its live records whose values RAM still holds are carried forward, up to half the segment's size (so every
+bytes are free to reclaim); if there is none, the *oldest* sealed segments are retired, as many as bring the
+files back under the budget (up to ``EVICT_BATCH``) in one job, with one wait for durability. Of each,
+the live records whose values RAM still holds are carried forward, up to half the segment's size (so every
 eviction frees at least half a segment and RAM-resident data larger than the budget cannot churn forever);
 every other live record is dropped (``owner.dropped``: a key whose only copy was there is forgotten,
 a resident one becomes RAM-only, so it is lost at a restart while it stays in RAM, a clean one included; the
 keyspace logs it again when it demotes it) and counted in ``disk_evictions``. Oldest-first matches the RAM tier's LRU
 spirit (KV-cache chunks written long ago are the least likely to be reused) and frees a whole file at once; if
 only the active segment exists it is rolled first so it can be retired. ``max_disk`` should be a few segments.
+Eviction runs at the speed of sealing (an fsync per segment) and of its jobs (an fsync each); a writer faster
+than that is held back by the log (``SegmentLog.when_stored``: replies wait, so clients stop sending) once the
+files pass ``max_disk`` by an eighth of it or four segments, whichever is more.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .base import CorruptRecord, Location, PersistError
@@ -67,14 +71,17 @@ YIELD_EVERY = 32  # records carried forward between yields to client traffic (ea
 SCAN_YIELD_EVERY = 512  # records checked (or moved in the index) between yields: a dict look-up each
 IN_PLACE_FRACTION = 64  # survivors of at least 1/64 of a segment (4 MiB of 256) are rewritten in place
 RETRY_AFTER_FAILURE = 10.0  # seconds without maintenance after a rewrite failed (a full disk, most likely)
+EVICT_BATCH = 256  # segments the disk budget retires in one job at most
 
 
 @dataclass
 class Job:
     seg: Segment
     mode: str  # "compact" | "evict"
+    more: list[Segment] = field(default_factory=list)  # evict: the next oldest segments, retired together
     aborted: bool = False
     failed: bool = False  # it could not do its work (a rewrite in place the disk refused); INFO says err
+    records: int = 0  # records looked at (for the log line)
     task: asyncio.Task[None] | None = None
 
 
@@ -124,7 +131,7 @@ def pick_job(log: SegmentLog) -> Job | None:
         if candidates:  # reclaiming dead bytes loses nothing: try that before evicting live data
             return Job(max(candidates, key=lambda s: s.dead_ratio()), "compact")
         if ready:
-            return Job(min(ready, key=lambda s: s.id), "evict")
+            return _evict_job(log, ready)
         sealing = any(s.sealed and not s.ready and s.id not in log._retiring for s in segs.values())
         if not sealing and log._active is not None and log._tail > FILE_HDR_SIZE:
             log._roll()  # only the active segment is left: seal it so it can be retired
@@ -141,6 +148,22 @@ def pick_job(log: SegmentLog) -> Job | None:
     return None
 
 
+def _evict_job(log: SegmentLog, ready: list[Segment]) -> Job:
+    """The oldest ready segments that bring the files back under ``max_disk`` (at least one, at most
+    ``EVICT_BATCH``): retired by one job, with one wait for durability and one pass of unlinks, where one job per
+    segment fell behind a writer that filled segments faster than that (t13: 1.6 GB over an 8 MB budget)."""
+    over = log.disk_bytes() - log.max_disk
+    oldest = sorted(ready, key=lambda s: s.id)
+    picked = [oldest[0]]
+    freed = oldest[0].size
+    for seg in oldest[1:EVICT_BATCH]:
+        if freed >= over:
+            break
+        picked.append(seg)
+        freed += seg.size
+    return Job(picked[0], "evict", more=picked[1:])
+
+
 async def run_job(log: SegmentLog, job: Job) -> None:
     loop = log._loop
     assert loop is not None
@@ -153,8 +176,16 @@ async def run_job(log: SegmentLog, job: Job) -> None:
         if sum(r.record_len for r in keep) >= log.segment_size // IN_PLACE_FRACTION:
             await _rewrite_in_place(log, job, keep)
             return
-        records = keep
-    await _carry_forward(log, job, records)
+        await _carry_forward(log, job, keep)
+        return
+    segs = [seg, *job.more]
+    for n, victim in enumerate(segs):
+        if n:
+            records = await loop.run_in_executor(log._maint, list_records, victim)
+        if not await _carry_segment(log, job, victim, records, segs):
+            return
+        job.records += len(records)
+    await _retire(log, job, segs)
 
 
 def _stop(log: SegmentLog, job: Job) -> bool:
@@ -263,20 +294,30 @@ async def _rewrite_in_place(log: SegmentLog, job: Job, keep: list[Record]) -> No
 
 
 async def _carry_forward(log: SegmentLog, job: Job, records: list[Record]) -> None:
-    """Append the segment's live records again at the tail, then retire it (few survivors, or the disk budget)."""
-    loop = log._loop
+    """Append the segment's live records again at the tail, then retire it (few survivors)."""
+    if await _carry_segment(log, job, job.seg, records, [job.seg]):
+        job.records = len(records)
+        await _retire(log, job, [job.seg])
+
+
+async def _carry_segment(
+    log: SegmentLog, job: Job, seg: Segment, records: list[Record], retiring: list[Segment]
+) -> bool:
+    """Append ``seg``'s live records again at the tail (compaction: all of them; the disk budget: the values RAM
+    holds, up to half the segment, and every other one is dropped). ``retiring``: the segments this job retires,
+    which tombstones need not cancel. False if the job stopped."""
     owner = log._owner
-    assert loop is not None and owner is not None
-    seg = job.seg
-    older = [s for s in log._segments.values() if s.id < seg.id and s.id not in log._retiring]
+    assert owner is not None
+    gone = {s.id for s in retiring}
+    older = [s for s in log._segments.values() if s.id < seg.id and s.id not in log._retiring and s.id not in gone]
     carried = 0
     for n, r in enumerate(records):
         if _stop(log, job):
-            return
+            return False
         if n % YIELD_EVERY == YIELD_EVERY - 1:
             await asyncio.sleep(0)
             if _stop(log, job):
-                return
+                return False
         if r.rtype == SET:
             loc = Location(seg.key, r.offset, r.record_len, r.value_len)
             expire = owner.live_expire(r.key, loc)
@@ -297,7 +338,7 @@ async def _carry_forward(log: SegmentLog, job: Job, records: list[Record]) -> No
                         seg.live = max(0, seg.live - r.record_len)
                     continue
                 if _stop(log, job):
-                    return
+                    return False
                 expire = owner.live_expire(r.key, loc)
                 if expire is None:
                     continue
@@ -315,7 +356,7 @@ async def _carry_forward(log: SegmentLog, job: Job, records: list[Record]) -> No
                         await fut
                     except PersistError:  # the log refuses writes: the job stops where it is
                         job.failed = True
-                        return
+                        return False
         elif r.rtype in (DEL, EXPIRE):
             h = hash(r.key)
             if any(h in s.set_keys for s in older):
@@ -324,16 +365,20 @@ async def _carry_forward(log: SegmentLog, job: Job, records: list[Record]) -> No
         elif r.rtype == FLUSH and older:
             log._append(FLUSH, b"", b"", 0, lsn=r.lsn)
             log.carried_records += 1
-    if _stop(log, job):
-        return
+    return not _stop(log, job)
+
+
+async def _retire(log: SegmentLog, job: Job, segs: list[Segment]) -> None:
+    """Once what the job appended is durable, unlink ``segs`` (their records were carried or dropped)."""
     if not await log.durable() or job.aborted:
         return
-    await log.retire([seg])
+    await log.retire(segs)
     if job.mode == "compact":
         log.compactions += 1
     log.logger.info(
-        "%s segment %s (%d records)",
+        "%s segment%s %s (%d records)",
         "compacted" if job.mode == "compact" else "retired",
-        seg.path.name,
-        len(records),
+        "s" if len(segs) > 1 else "",
+        segs[0].path.name if len(segs) == 1 else f"{segs[0].path.name}-{segs[-1].path.name} ({len(segs)})",
+        job.records,
     )

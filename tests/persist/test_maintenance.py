@@ -201,6 +201,61 @@ async def test_disk_budget(seg_dir: Path) -> None:
     await log.close()
 
 
+async def test_the_disk_budget_retires_as_many_oldest_segments_as_needed_in_one_job(seg_dir: Path) -> None:
+    """One job per segment (each waiting for durability) fell behind a writer filling small segments: a job now
+    retires the oldest segments that bring the files back under the budget, up to EVICT_BATCH."""
+    budget = 4 * SEG
+    log, owner, _ = await open_log(seg_dir, segment_size=SEG, max_disk=budget)
+    log.maint_resume_at = float("inf")  # no job starts by itself until the files are written
+    model = {}
+    for i in range(100):
+        key = b"k%03d" % i
+        model[key] = _val(key, 8000)
+        owner.set(key, model[key], hot=i >= 95)
+    await settle(log)
+    await wait_for(lambda: sum(s.ready for s in log._segments.values()) == len(log._segments) - 1)
+    over = log.disk_bytes() - budget
+    job = maintenance.pick_job(log)
+    assert job is not None and job.mode == "evict"
+    victims = [job.seg, *job.more]
+    assert len(victims) > 1
+    assert [s.id for s in victims] == sorted(s.id for s in log._segments.values())[: len(victims)]
+    assert sum(s.size for s in victims[:-1]) < over <= sum(s.size for s in victims)
+    log.maint_resume_at = 0.0
+    await wait_for(lambda: log.disk_bytes() <= budget, timeout=20)
+    assert log.stats()["disk_evictions"] > 0
+    assert {b"k%03d" % i for i in range(95, 100)} <= set(owner.entries)  # in RAM: carried forward
+    for key in owner.entries:
+        assert bytes(await owner.get(key)) == model[key]
+    await log.close()
+
+
+async def test_a_batch_past_the_hold_limit_waits_for_eviction(seg_dir: Path) -> None:
+    """when_stored: a client batch written while the files are past max-disk and its margin is answered once
+    eviction brings them back under it (here: once the budget is lifted; with it, once segments are retired)."""
+    budget = 4 * SEG
+    log, owner, _ = await open_log(seg_dir, segment_size=SEG, max_disk=budget)
+    assert log.hard_limit == budget + log_module.HARD_LIMIT_SEGMENTS * SEG
+    log.maint_resume_at = float("inf")  # no eviction for now
+    for i in range(120):
+        owner.set(b"k%03d" % i, _val(b"k%03d" % i, 8000), hot=False)
+    await settle(log)
+    released: list[BaseException | None] = []
+    owner.set(b"x", b"v")
+    assert log.when_stored(released.append)
+    await asyncio.sleep(0.3)  # written, and a few ticks: still past the limit
+    assert released == [] and log.stats()["disk_budget_held"] == 1
+    log.set_max_disk(0)  # CONFIG SET max-disk 0: nothing to wait for
+    assert released == [None] and log.stats()["disk_budget_holds"] == 1
+    log.set_max_disk(budget)
+    owner.set(b"y", b"v")
+    assert log.when_stored(released.append)
+    log.maint_resume_at = 0.0  # eviction runs: the batch goes once the files are back under the limit
+    await wait_for(lambda: len(released) == 2, timeout=20)
+    assert released[1] is None and log.disk_bytes() <= log.hard_limit
+    await log.close()
+
+
 @pytest.mark.parametrize("path", ["in_place", "carry_forward"])
 async def test_reads_race_with_compaction(seg_dir: Path, path: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Readers hammer the survivors while their segments are compacted. In place, the keyspace moves over a

@@ -279,6 +279,50 @@ def test_compaction_and_disk_budget(server_factory):
     assert r.dbsize() >= 1
 
 
+@pytest.mark.kvd_only  # kvd's disk budget
+def test_the_disk_budget_holds_writers_it_cannot_keep_up_with(server_factory):
+    """max-disk under a stream of writes faster than eviction retires segments (1 MB segments, 200 KB values,
+    pipelined): the files stayed far past the budget (2.8 GB against 8 MB after 15 s) until the writes stopped.
+    Write replies now wait while the files are past max-disk + max(max-disk / 8, 4 segments), so the files stay
+    within that, plus what the writer had sent (here 2 MB) and the segment being written."""
+    srv = server_factory(
+        "--persistence", "yes", "--maxmemory", "4mb", "--segment-size", "1mb", "--max-disk", "8mb",
+    )  # fmt: skip
+    r = srv.client()
+    peak = 0
+    stop = threading.Event()
+
+    def watch() -> None:
+        nonlocal peak
+        while not stop.is_set():
+            peak = max(peak, segment_bytes(srv))
+            time.sleep(0.01)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    value = value_for("v", 200 * KiB)
+    n = 0
+    try:
+        start = time.monotonic()
+        while time.monotonic() - start < 4:
+            pipe = r.pipeline(transaction=False)
+            for i in range(10):
+                pipe.set(f"k{n + i}", value)
+            assert all(pipe.execute())
+            n += 10
+    finally:
+        stop.set()
+        watcher.join()
+    assert n * 200 * KiB > 100 * MiB  # far more than the budget was written
+    assert peak <= (8 + 4 + 2 + 1) * MiB, f"{peak / MiB:.1f} MB of segment files"
+    assert r.info("persistence")["aof_disk_budget_holds"] > 0
+    assert r.get(f"k{n - 1}") == value
+    deadline = time.monotonic() + 20
+    while segment_bytes(srv) > 8 * MiB:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+
+
 def test_unusable_dir_is_a_one_line_error(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
