@@ -295,6 +295,10 @@ class Server:
         self._update_gate()
         if ks.log is not None and new.appendfsync != old.appendfsync:
             ks.log.set_appendfsync(new.appendfsync)
+        if ks.log is not None:  # both [runtime] settings, which CONFIG SET once accepted and ignored
+            if new.max_disk != old.max_disk:
+                ks.log.set_max_disk(new.max_disk)  # the next maintenance tick evicts down to it
+            ks.log.compaction_dead_ratio = new.compaction_dead_ratio
         for client in self.clients.values():
             client.parser.set_limits(new.proto_max_bulk_len, new.client_query_buffer_limit)
             client.set_watch_ns(self.watch_ns)

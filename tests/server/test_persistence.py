@@ -323,6 +323,35 @@ def test_the_disk_budget_holds_writers_it_cannot_keep_up_with(server_factory):
         time.sleep(0.1)
 
 
+@pytest.mark.kvd_only  # kvd's disk tier
+def test_config_set_max_disk_and_compaction_dead_ratio_take_effect(server_factory):
+    """Both are run-time settings, which CONFIG SET accepted and the log never heard of."""
+    srv = server_factory(
+        "--persistence", "yes", "--maxmemory", "4mb", "--segment-size", "1mb", "--max-disk", "0",
+        "--compaction-dead-ratio", "1",
+    )  # fmt: skip
+    r = srv.client()
+    for i in range(50):
+        r.set(f"k{i}", value_for(f"k{i}:0", 200 * KiB))
+    for i in range(0, 50, 2):  # half of each segment dead: 1.0 (only whole dead ones) never compacts them
+        r.set(f"k{i}", value_for(f"k{i}:1", 200 * KiB))
+    time.sleep(1)
+    assert r.info("persistence")["aof_compactions"] == 0
+    assert r.config_set("compaction-dead-ratio", "0.5") is True
+    deadline = time.monotonic() + 20
+    while r.info("persistence")["aof_compactions"] == 0:
+        assert time.monotonic() < deadline, "no compaction after compaction-dead-ratio 0.5"
+        time.sleep(0.1)
+    assert r.config_set("max-disk", "8mb") is True
+    for i in range(50, 100):
+        r.set(f"k{i}", value_for(f"k{i}:0", 200 * KiB))
+    deadline = time.monotonic() + 20
+    while segment_bytes(srv) > 8 * MiB:
+        assert time.monotonic() < deadline, f"{segment_bytes(srv) / MiB:.1f} MB of segments after max-disk 8mb"
+        time.sleep(0.1)
+    assert r.get("k99") == value_for("k99:0", 200 * KiB)
+
+
 def test_unusable_dir_is_a_one_line_error(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
