@@ -841,7 +841,8 @@ def rewrite_toml(text: str, s: Settings) -> str:
     while i < len(lines):
         line = lines[i]
         m = re.match(r"\s*([A-Za-z0-9_-]+)\s*=", line)
-        spec = _BY_NAME.get(m.group(1)) if m else None
+        key = m.group(1) if m else ""
+        spec = _BY_NAME.get(SYNONYMS.get(key, key)) if m else None
         if spec is None:
             out.append(line)
             i += 1
@@ -851,11 +852,16 @@ def rewrite_toml(text: str, s: Settings) -> str:
             end += 1
         current = getattr(s, _attr(spec.name))
         try:
-            unchanged = _convert(spec, tomllib.loads("\n".join(lines[i:end]))[spec.name], from_text=False) == current
+            unchanged = _convert(spec, tomllib.loads("\n".join(lines[i:end]))[key], from_text=False) == current
         except (tomllib.TOMLDecodeError, ValueError, KeyError):
             unchanged = False
         if spec.name in seen:
-            pass  # a duplicate key is a TOML error anyway; keep only the first
+            pass  # a duplicate key (or a key and its Redis alias): keep only the first
+        elif key != spec.name:
+            # A Redis alias (slaveof, slave-priority, ...), as redis-server does: the line is rewritten under the
+            # current name, or dropped when the key is back at its default (REPLICAOF NO ONE drops slaveof).
+            if current != spec.default:
+                out.append(f"{spec.name} = {_toml_value(spec, current)}")
         elif unchanged:
             out.extend(lines[i:end])
         else:
@@ -873,8 +879,9 @@ def rewrite_toml(text: str, s: Settings) -> str:
         out += extra
     result = "\n".join(out) + "\n"
     loaded = tomllib.loads(result)  # ValueError (TOMLDecodeError) if a value cannot be written as TOML
-    for spec in SPECS:
-        if spec.name in loaded and _convert(spec, loaded[spec.name], from_text=False) != getattr(s, _attr(spec.name)):
+    for key, raw in loaded.items():
+        spec = _BY_NAME.get(SYNONYMS.get(key, key))
+        if spec is not None and _convert(spec, raw, from_text=False) != getattr(s, _attr(spec.name)):
             raise ValueError(f"{spec.name} would not read back as written")
     return result
 

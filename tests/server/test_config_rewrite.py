@@ -45,3 +45,28 @@ def test_a_removed_config_file_is_written_anew_and_a_removed_directory_is_an_err
         config_dir.rmdir()
         assert c.command("CONFIG", "REWRITE") == b"-ERR Rewriting config file: No such file or directory\r\n"
         assert c.command("PING") == b"+PONG\r\n"
+
+
+def test_keys_under_redis_alias_names_are_rewritten_under_the_current_name(server_factory, tmp_path):
+    # A redis.conf-era file: slaveof / slave-priority. REPLICAOF NO ONE + CONFIG REWRITE must not leave the
+    # slaveof line behind, or the next start is a replica again (and a full resync throws its data away).
+    from support.server import free_port
+
+    config = tmp_path / "kvd.toml"
+    config.write_text(f'# by hand\nslaveof = "127.0.0.1 {free_port()}"\nslave-priority = 50\nmaxmemory = "64mb"\n')
+    srv = server_factory(config=config)
+    r = srv.client()
+    assert r.execute_command("REPLICAOF", "NO", "ONE") == b"OK"
+    r.config_set("replica-priority", "100")
+    assert r.execute_command("CONFIG", "REWRITE") == b"OK"
+    text = config.read_text()
+    # replica-priority is back at its default (100) and replication is off: both alias lines are dropped
+    assert text.startswith('# by hand\nmaxmemory = "64mb"\n')
+    assert "slave" not in text and "replica" not in text
+    r.config_set("replica-priority", "7")
+    assert r.execute_command("CONFIG", "REWRITE") == b"OK"
+    assert "replica-priority = 7\n" in config.read_text()
+    srv.restart()
+    r = srv.client()
+    assert r.execute_command("ROLE")[0] == b"master"
+    assert r.config_get("replica-priority") == {"replica-priority": "7"}
