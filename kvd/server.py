@@ -308,8 +308,12 @@ class Server:
             log.info("configuration changed: %s", ", ".join(k.replace("_", "-") for k in changed))
 
     def reset_stats(self) -> None:
+        """CONFIG RESETSTAT: what Redis 7.0's resetServerStats zeroes, wherever kvd keeps it."""
         self.stats.reset()
         self.stats.connector.clear()
+        tier = self.keyspace.stats  # kept on the Keyspace, next to its tier counters (which stay)
+        tier.keyspace_hits = tier.keyspace_misses = tier.expired_keys = tier.evicted_keys = 0
+        self.replication.sync_partial_ok = self.replication.sync_partial_err = 0
 
     # -- CLIENT PAUSE ------------------------------------------------------------------------------------------
 

@@ -82,6 +82,30 @@ def test_config_resetstat_clears_the_counters(server):
         assert info(c, "errorstats") == {}
 
 
+def test_config_resetstat_clears_keyspace_and_replication_counters(server_factory):
+    # Redis's resetServerStats zeroes these too; kvd keeps them on the Keyspace and the replication feed.
+    srv = server_factory(maxmemory="1mb", maxmemory_policy="allkeys-lru")
+    with srv.raw() as c:
+        c.command("SET", "a", "1")
+        c.command("GET", "a")
+        c.command("GET", "none")
+        c.command("SET", "t", "1", "PX", "1")
+        time.sleep(0.05)
+        c.command("GET", "t")
+        for i in range(40):
+            c.command("SET", f"big{i}", "x" * 100_000)
+    with srv.raw() as p:  # a PSYNC that cannot continue: sync_partial_err, then a full resync
+        p.send_command("PSYNC", "0123456789012345678901234567890123456789", "1")
+        assert p.recv_until().startswith(b"+FULLRESYNC")
+    with srv.raw() as c:
+        stats = info(c, "stats")
+        names = ("keyspace_hits", "keyspace_misses", "expired_keys", "evicted_keys", "sync_full", "sync_partial_err")
+        assert all(int(stats[k]) > 0 for k in names), stats
+        assert c.command("CONFIG", "RESETSTAT") == b"+OK\r\n"
+        stats = info(c, "stats")
+        assert {k: stats[k] for k in (*names, "sync_partial_ok")} == dict.fromkeys((*names, "sync_partial_ok"), "0")
+
+
 def test_latencystats_and_histogram_describe_each_command(server):
     with server.raw() as c:
         for i in range(200):
