@@ -406,7 +406,7 @@ class Client(asyncio.BufferedProtocol):
                 return self._refuse(cmd, refused, argv)
         if cmd.protected and not self._may_run_protected(cmd, argv):  # as Redis: before NOAUTH and MULTI
             return self._refuse(cmd, errors.not_allowed(cmd.name.upper(), cmd.protected), argv)
-        if not self.authenticated and NOAUTH not in cmd.flags:
+        if not self.authenticated and NOAUTH not in cmd.flags and self._auth_required():
             return self._refuse(cmd, errors.NOAUTH, argv)
         if self._monitors and self.monitoring and (cmd.is_write or READONLY in cmd.flags):
             return self._refuse(cmd, "ERR Replica can't interact with the keyspace", argv)  # Redis's words
@@ -851,6 +851,15 @@ class Client(asyncio.BufferedProtocol):
         self.authenticated = value
         self.parser.set_authenticated(value)
 
+    def _auth_required(self) -> bool:
+        """For a client that has not authenticated: whether it must still, as Redis's authRequired (the default
+        user has a password). Once requirepass is cleared it need not, and the parser's unauthenticated limits
+        lift with it; they return, and so does NOAUTH, if a password is set again before it authenticates."""
+        required = bool(self.server.settings.requirepass)
+        if self.parser.authenticated == required:
+            self.parser.set_authenticated(not required)
+        return required
+
     def kill(self) -> None:
         if self.transport is not None and not self._closed:
             self._closed = True
@@ -982,7 +991,7 @@ class Client(asyncio.BufferedProtocol):
             if subcommand_error(cmd, argv) is not None:
                 return self._execute(argv)
             full = f"{cmd.name}|{bytes(argv[1]).lower().decode('utf-8', 'replace')}"
-        if not self.authenticated and NOAUTH not in cmd.flags:
+        if not self.authenticated and NOAUTH not in cmd.flags and self._auth_required():
             return self._execute(argv)
         if cmd.protected and not self._may_run_protected(cmd, argv):  # Redis's order: the guard's refusal first
             return self._execute(argv)

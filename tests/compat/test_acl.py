@@ -60,6 +60,23 @@ def test_the_default_user_with_requirepass(server_factory):
         assert user[:4] == [b"flags", [b"on"], b"passwords", [digest]]
 
 
+def test_clearing_requirepass_lets_a_connection_that_never_authenticated_in(server_factory):
+    srv = server_factory(requirepass="s3cret")
+    with srv.raw() as admin, srv.raw() as other:
+        assert other.command("PING").startswith(b"-NOAUTH")
+        assert admin.command("AUTH", "s3cret") == b"+OK\r\n"
+        assert admin.command("CONFIG", "SET", "requirepass", "") == b"+OK\r\n"
+        assert other.command("PING") == b"+PONG\r\n"  # the default user needs no password now
+        assert other.command("SET", "k", "v") == b"+OK\r\n"
+        other.send_command("SET", "k", "x" * 100_000)  # and the unauthenticated size limits lift with it
+        other.send_command("GET", "k")
+        assert other.read_replies(2)[0] == b"+OK\r\n"
+        # a password set again before it authenticated: NOAUTH again (it never logged in)
+        assert admin.command("CONFIG", "SET", "requirepass", "again") == b"+OK\r\n"
+        assert other.command("PING").startswith(b"-NOAUTH")
+        assert admin.command("PING") == b"+PONG\r\n"
+
+
 def test_acl_log_records_refused_logins(server_factory):
     srv = server_factory(requirepass="s3cret")
     with srv.raw() as raw:
