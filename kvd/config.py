@@ -804,6 +804,10 @@ def _toml_value(spec: Spec, value: Any = _DEFAULT) -> str:
     """``value`` (the key's default when not given) as kvd.toml spells it; strings as TOML basic strings."""
     if value is _DEFAULT:
         value = spec.default
+    for text in value if spec.kind == "list" else (value,):
+        if isinstance(text, str) and not _is_utf8(text):
+            # CONFIG SET takes any bytes (a password, say), kept as surrogate escapes; a TOML file is UTF-8 text.
+            raise ValueError(f"{spec.name}: the value is not UTF-8 text, which a TOML file cannot hold")
     if spec.kind == "bool":
         return "true" if value else "false"
     if spec.kind == "list":
@@ -817,6 +821,14 @@ def _toml_value(spec: Spec, value: Any = _DEFAULT) -> str:
     if spec.kind == "octal":
         return f'"{value:o}"'
     return str(value)
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _toml_string(text: str) -> str:

@@ -465,8 +465,8 @@ class ReplicaLink:
     async def _handshake(self, wire: _Wire) -> None:
         s = self.server.settings
         if s.masterauth:
-            user = (s.masteruser.encode(),) if s.masteruser else ()
-            reply = await wire.ask(b"AUTH", *user, s.masterauth.encode())
+            user = (s.masteruser.encode("utf-8", "surrogateescape"),) if s.masteruser else ()
+            reply = await wire.ask(b"AUTH", *user, s.masterauth.encode("utf-8", "surrogateescape"))
             if not reply.startswith(b"+"):
                 raise LinkError(f"the primary refused AUTH (check masterauth / masteruser): {_text(reply)}")
         reply = await wire.ask(b"PING")

@@ -230,7 +230,7 @@ def acl_help(c: Client, argv: list[Any]) -> None:
 
 def _password_digest(c: Client) -> bytes:
     password = c.server.settings.requirepass
-    return hashlib.sha256(password.encode()).hexdigest().encode() if password else b""
+    return hashlib.sha256(password.encode("utf-8", "surrogateescape")).hexdigest().encode() if password else b""
 
 
 def _password_rule(c: Client) -> bytes:

@@ -46,7 +46,7 @@ def _refused(c: Client, command: Any, user: bytes | None) -> None:
 
 
 def check_password(c: Client, user: bytes | None, password: bytes) -> bool:
-    required = c.server.settings.requirepass.encode()
+    required = c.server.settings.requirepass.encode("utf-8", "surrogateescape")
     user_ok = user is None or lower(user) == b"default"
     # Always run the comparison, even for a wrong user name, so timing says nothing about which part failed.
     return hmac.compare_digest(password, required) and user_ok

@@ -77,6 +77,20 @@ def test_clearing_requirepass_lets_a_connection_that_never_authenticated_in(serv
         assert admin.command("PING") == b"+PONG\r\n"
 
 
+def test_a_password_that_is_not_utf8(server):
+    # Redis takes any bytes as requirepass; kvd keeps them as surrogate escapes and must give the bytes back
+    digest = hashlib.sha256(b"p\xff").hexdigest().encode()
+    with server.raw() as admin, server.raw() as other:
+        assert admin.command("CONFIG", "SET", "requirepass", b"p\xff") == b"+OK\r\n"
+        try:
+            assert other.command("AUTH", b"p\xfe").startswith(b"-WRONGPASS")
+            assert other.command("AUTH", b"p\xff") == b"+OK\r\n"
+            assert parse(other.command("CONFIG", "GET", "requirepass")) == [b"requirepass", b"p\xff"]
+            assert parse(other.command("ACL", "LIST")) == [b"user default on #%s ~* &* +@all" % digest]
+        finally:
+            assert other.command("CONFIG", "SET", "requirepass", "") == b"+OK\r\n"
+
+
 def test_acl_log_records_refused_logins(server_factory):
     srv = server_factory(requirepass="s3cret")
     with srv.raw() as raw:

@@ -70,3 +70,19 @@ def test_keys_under_redis_alias_names_are_rewritten_under_the_current_name(serve
     r = srv.client()
     assert r.execute_command("ROLE")[0] == b"master"
     assert r.config_get("replica-priority") == {"replica-priority": "7"}
+
+
+def test_a_value_that_is_not_utf8_is_refused_clearly_and_the_file_kept(server_factory, tmp_path):
+    config = tmp_path / "kvd.toml"
+    config.write_text('maxmemory = "64mb"\n')
+    srv = server_factory(config=config)
+    with srv.raw() as c:
+        assert c.command("CONFIG", "REWRITE") == b"+OK\r\n"
+        before = config.read_text()
+        assert c.command("CONFIG", "SET", "requirepass", b"p\xff") == b"+OK\r\n"
+        assert c.command("AUTH", b"p\xff") == b"+OK\r\n"
+        assert c.command("CONFIG", "REWRITE") == (
+            b"-ERR Rewriting config file: requirepass: the value is not UTF-8 text, which a TOML file cannot hold\r\n"
+        )
+        assert config.read_text() == before
+        assert c.command("CONFIG", "SET", "requirepass", "") == b"+OK\r\n"
