@@ -171,7 +171,9 @@ class Settings:
         runtime=True,
     )
     tcp_backlog: int = _key("int", 511, "listen() backlog", "Network", low=1, high=65535)
-    tcp_keepalive: int = _key("int", 300, "TCP keepalive interval in seconds (0 = off)", "Network", low=0, runtime=True)
+    tcp_keepalive: int = _key(
+        "int", 300, "TCP keepalive interval in seconds (0 = off)", "Network", low=0, high=2**31 - 1, runtime=True
+    )
     timeout: int = _key(
         "int",
         0,

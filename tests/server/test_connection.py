@@ -150,6 +150,19 @@ def test_config_set_of_what_redis_tools_send(server):
     assert r.config_get("appendonly") == {"appendonly": current}
 
 
+def test_tcp_keepalive_is_bounded_as_redis_bounds_it(server):
+    # Past INT_MAX, setsockopt raised TypeError for every new TCP client, which then hung.
+    r = server.client()
+    with pytest.raises(redis.ResponseError, match="tcp-keepalive"):
+        r.config_set("tcp-keepalive", "3000000000")
+    assert r.config_set("tcp-keepalive", str(2**31 - 1)) is True  # Linux refuses it (EINVAL): keepalive as it was
+    try:
+        for _ in range(2):
+            assert server.client(socket_timeout=5).ping() is True
+    finally:
+        r.config_set("tcp-keepalive", "300")
+
+
 @pytest.mark.kvd_only  # kvd's words for what it does not do
 def test_redis_names_at_start_up_and_their_limits(server_factory):
     srv = server_factory("--appendonly", "no", "--save", "")
