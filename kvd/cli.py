@@ -116,6 +116,8 @@ async def _serve(settings: Settings) -> int:
     seg_log = None
     report = None
     started = time.monotonic()
+    # As redis-server (initServer): a closed terminal's SIGHUP must not kill the server, recovery included
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     if settings.persistence:
         from kvd.persist import PersistError, SegmentLog
 
