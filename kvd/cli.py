@@ -66,10 +66,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = load_settings(config_path, args)
         check_startup(settings)
+        try:
+            setup_logging(settings.loglevel, settings.logfile)
+        except OSError as exc:
+            raise ConfigError(f"logfile: cannot open {settings.logfile}: {exc.strerror or exc}") from None
     except ConfigError as exc:
         print(f"kvd: {exc}", file=sys.stderr)
         return 2
-    setup_logging(settings.loglevel, settings.logfile)
     try:
         return _run(settings)
     except KeyboardInterrupt:
@@ -79,8 +82,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def check_startup(s: Settings) -> None:
-    """Refuse what Redis's protected mode would refuse, before anything is opened."""
+    """Refuse what Redis's protected mode would refuse, and TLS files that do not load, before anything is
+    opened (recovery included)."""
     from kvd.server import is_loopback_address
+
+    if s.tls_port:
+        from kvd.server import build_tls_context
+
+        build_tls_context(s)  # ConfigError naming the key and the file, before recovery rather than after it
 
     if s.protected_mode and not s.requirepass:
         exposed = [a for a in s.bind if not is_loopback_address(a)]
@@ -158,8 +167,8 @@ async def _serve(settings: Settings) -> int:
     server = Server(settings, keyspace, report, identity, link_identity)
     try:
         await server.start()
-    except (ListenError, OSError) as exc:
-        log.error("%s", exc if isinstance(exc, ListenError) else f"cannot listen: {exc.strerror or exc}")
+    except (ListenError, OSError, ConfigError) as exc:
+        log.error("%s", f"cannot listen: {exc.strerror or exc}" if isinstance(exc, OSError) else exc)
         if seg_log is not None:
             await seg_log.close()
         return 1

@@ -24,7 +24,7 @@ from kvd import unixsocket
 from kvd.acllog import AclLog
 from kvd.commands.migrate import MigrateLinks
 from kvd.commands.registry import LOADING, STALE
-from kvd.config import Settings
+from kvd.config import ConfigError, Settings
 from kvd.connection import Client, ReplyBatch
 from kvd.failover import Failover
 from kvd.latency import LatencyMonitor
@@ -562,11 +562,29 @@ def is_loopback_address(address: str) -> bool:
 
 
 def build_tls_context(s: Settings) -> ssl.SSLContext:
+    """The TLS port's context; ConfigError naming the key and the file that cannot be read or loaded (checked
+    at start-up, kvd/cli.py, before recovery)."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
-    context.load_cert_chain(s.tls_cert_file, s.tls_key_file)
+    for key, path in (("tls-cert-file", s.tls_cert_file), ("tls-key-file", s.tls_key_file)):
+        try:
+            with open(path, "rb"):
+                pass
+        except OSError as exc:
+            raise ConfigError(f"{key}: cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        context.load_cert_chain(s.tls_cert_file, s.tls_key_file)
+    except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+        raise ConfigError(
+            f"tls-cert-file: {s.tls_cert_file} with tls-key-file {s.tls_key_file} is not a certificate and its "
+            f"private key: {exc}"
+        ) from None
     if s.tls_ca_cert_file:
-        context.load_verify_locations(s.tls_ca_cert_file)
+        try:
+            context.load_verify_locations(s.tls_ca_cert_file)
+        except (OSError, ValueError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            raise ConfigError(f"tls-ca-cert-file: cannot load {s.tls_ca_cert_file}: {reason}") from None
     mode: dict[str, Any] = {"yes": ssl.CERT_REQUIRED, "optional": ssl.CERT_OPTIONAL, "no": ssl.CERT_NONE}
     context.verify_mode = mode[s.tls_auth_clients]
     return context

@@ -11,6 +11,7 @@ import time
 
 import pytest
 import redis
+from support.server import free_port
 
 
 @pytest.mark.kvd_only  # one database (redis-server has 16)
@@ -60,6 +61,34 @@ def test_requirepass_gates_everything_but_auth(server_factory):
     assert ok.set("k", "v") is True
     assert srv.client(username="default", password="s3cret").get("k") == b"v"
     assert srv.client(password="s3cret", protocol=3).get("k") == b"v"  # HELLO 3 AUTH default s3cret
+
+
+def _refused_start(tmp_path, *args: str) -> str:
+    """kvd's one line on stderr for a start-up it refuses with exit code 2."""
+    data = tmp_path / "data"
+    cmd = [sys.executable, "-m", "kvd", "--bind", "127.0.0.1", "--port", str(free_port()), "--dir", str(data), *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert not data.exists()  # refused before recovery opened anything
+    return lines[0]
+
+
+@pytest.mark.kvd_only  # kvd's start-up checks
+def test_an_unopenable_logfile_or_tls_file_is_one_line_naming_the_key(tmp_path):
+    missing = tmp_path / "no-such-dir" / "x"
+    assert _refused_start(tmp_path, "--logfile", str(missing)) == (
+        f"kvd: logfile: cannot open {missing}: No such file or directory"
+    )
+    tls_port = ["--tls-port", str(free_port())]  # never bound: the files are checked before anything opens
+    assert _refused_start(tmp_path, *tls_port, "--tls-cert-file", str(missing), "--tls-key-file", str(missing)) == (
+        f"kvd: tls-cert-file: cannot read {missing}: No such file or directory"
+    )
+    junk = tmp_path / "junk.pem"
+    junk.write_text("not a certificate\n")
+    line = _refused_start(tmp_path, *tls_port, "--tls-cert-file", str(junk), "--tls-key-file", str(junk))
+    assert line.startswith(f"kvd: tls-cert-file: {junk} with tls-key-file {junk} is not a certificate"), line
 
 
 def test_auth_without_password_configured(server):
