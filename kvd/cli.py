@@ -54,13 +54,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"kvd {kvd.__version__}")
         return 0
     config_path: str | None = None
+    given = [a for a in args if a.startswith("--config=")]
     if "--config" in args:
         i = args.index("--config")
-        if i + 1 >= len(args):
+        if i + 1 >= len(args) or args[i + 1].startswith("--"):
             print("kvd: --config needs a file name", file=sys.stderr)
             return 2
         config_path = args[i + 1]
         del args[i : i + 2]
+    elif given:  # --config=kvd.toml, as every other flag takes --key=value
+        config_path = given[0].removeprefix("--config=")
+        args.remove(given[0])
+        if not config_path:
+            print("kvd: --config needs a file name", file=sys.stderr)
+            return 2
     elif args and not args[0].startswith("--"):  # `kvd kvd.toml`, like `redis-server redis.conf`
         config_path = args.pop(0)
     try:

@@ -247,3 +247,10 @@ def test_a_crash_prints_the_python_stack_of_every_thread(server):
         time.sleep(0.05)
     report = server.stderr_text()
     assert "thread 0x" in report.lower() and 'File "' in report
+
+
+@pytest.mark.kvd_only  # kvd's command line
+def test_config_file_given_as_config_equals_file(tmp_path):
+    config = tmp_path / "kvd.toml"
+    config.write_text("no-such-key = 1\n")  # the file is read: its own error names it
+    assert _refused_start(tmp_path, f"--config={config}") == f"kvd: {config}: unknown key 'no-such-key'"
