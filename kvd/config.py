@@ -600,6 +600,12 @@ def _assign(values: dict[str, Any], given: str, raw: Any, from_text: bool) -> bo
     return True
 
 
+# The keys whose value may be any text, so may start with '--' on the command line, as redis-server takes the
+# word after a flag whatever it is: a password. Only as one word (`--requirepass --port 7000` is refused, as
+# redis-server refuses it: two words for one value).
+_DASHED_VALUES = frozenset({"requirepass", "masterauth"})
+
+
 def _unknown(name: str, flag: bool = False) -> str:
     close = difflib.get_close_matches(name.replace("_", "-").lower(), list(_BY_NAME), n=1, cutoff=0.6)
     dash = "--" if flag else ""
@@ -655,7 +661,9 @@ def load_settings(config_path: str | None, overrides: Sequence[str] = ()) -> Set
     """Defaults, then the TOML file (if any), then ``--key value`` / ``--key=value`` overrides (last wins).
 
     As with redis-server, words after a flag's value that do not start with ``--`` join it, so
-    ``--bind 127.0.0.1 ::1`` and ``--bind "127.0.0.1 ::1"`` are the same.
+    ``--bind 127.0.0.1 ::1`` and ``--bind "127.0.0.1 ::1"`` are the same. A value that starts with ``--`` is
+    refused (a forgotten value), except a password's (one word) and ``--save``'s (then ``""``, as in Redis);
+    ``--key=--value`` gives one.
     """
     values: dict[str, Any] = {spec.name: spec.default for spec in SPECS}
     if config_path is not None:
@@ -675,12 +683,24 @@ def load_settings(config_path: str | None, overrides: Sequence[str] = ()) -> Set
             raise _fail(repr(flag), "expected --<key> <value>")
         name, eq, raw = flag[2:].partition("=")
         i += 1
-        if not eq:
+        if not eq and SYNONYMS.get(name, name) == "save" and (i >= len(args) or args[i].startswith("--")):
+            raw = ""  # Redis's one exception: `--save` then another flag (or nothing) is `--save ""`
+        elif not eq:
             if i >= len(args):
                 raise _fail(f"--{name}", "needs a value")
-            words = [args[i]]  # the value itself may start with '--' (a password, say)
+            dashed = args[i].startswith("--")
+            if dashed and SYNONYMS.get(name, name) not in _DASHED_VALUES:
+                # A forgotten value must not take the next flag as its own (`--port --bind ::1` would start on
+                # the default port). A value that starts with '--' is given as --key=--value.
+                raise _fail(
+                    f"--{name}",
+                    f"needs a value, got the flag {args[i]!r} (a value that starts with '--': --{name}=<value>)",
+                )
+            words = [args[i]]
             i += 1
             while i < len(args) and not args[i].startswith("--"):
+                if dashed:  # a password '--...' is one word: `--requirepass --port 7000` forgot the password
+                    raise _fail(f"--{name}", f"needs a value, got the flag {words[0]!r} (then {args[i]!r})")
                 words.append(args[i])
                 i += 1
             raw = " ".join(words)

@@ -328,6 +328,25 @@ def test_redis_style_multi_word_values() -> None:
 
 def test_value_may_start_with_dashes() -> None:
     assert load_settings(None, ["--requirepass", "--secret--"]).requirepass == "--secret--"
+    assert load_settings(None, ["--masterauth", "--x", "--port", "7000"]).masterauth == "--x"
+    assert load_settings(None, ["--logfile=--odd.log"]).logfile == "--odd.log"
+
+
+def test_a_flag_without_its_value_does_not_take_the_next_flag() -> None:
+    # as redis-server refuses `--requirepass --port 7000` (two words for one value); kvd started on 6379 with
+    # the password "--port 7000"
+    assert error_of(None, "--requirepass", "--port", "7000") == (
+        "--requirepass: needs a value, got the flag '--port' (then '7000')"
+    )
+    assert error_of(None, "--logfile", "--port", "7000") == (
+        "--logfile: needs a value, got the flag '--port' (a value that starts with '--': --logfile=<value>)"
+    )
+    assert error_of(None, "--port") == "--port: needs a value"
+
+
+def test_save_then_another_flag_is_an_empty_save_as_in_redis() -> None:
+    assert load_settings(None, ["--save", "--port", "7000"]).port == 7000
+    assert load_settings(None, ["--port", "7000", "--save"]).port == 7000
 
 
 @pytest.mark.parametrize(
