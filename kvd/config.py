@@ -301,7 +301,12 @@ class Settings:
     )
     # Logging
     loglevel: str = _key(
-        "choice", "info", "debug | info | warning", "Logging", choices=("debug", "info", "warning"), runtime=True
+        "choice",
+        "info",
+        "debug | info | warning; Redis's verbose and notice log as debug and info (CONFIG GET shows the name given)",
+        "Logging",
+        choices=("debug", "verbose", "info", "notice", "warning"),
+        runtime=True,
     )
     logfile: str = _key("str", "", "log file (empty = stderr)", "Logging")
     # Notifications

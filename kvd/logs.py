@@ -17,6 +17,16 @@ from rich.logging import RichHandler
 console = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
 
 
+# Redis's loglevel names that Python's logging lacks: verbose (between debug and notice) logs as debug, notice
+# (Redis's default) as info.
+_PYTHON_LEVEL = {"verbose": "DEBUG", "notice": "INFO"}
+
+
+def python_level(loglevel: str) -> str:
+    """The ``logging`` level for the ``loglevel`` setting."""
+    return _PYTHON_LEVEL.get(loglevel, loglevel.upper())
+
+
 def setup_logging(level: str, logfile: str = "") -> None:
     global console
     if logfile:
@@ -35,5 +45,5 @@ def setup_logging(level: str, logfile: str = "") -> None:
     handler.setFormatter(logging.Formatter("%(message)s"))
     root = logging.getLogger("kvd")
     root.handlers[:] = [handler]
-    root.setLevel(level.upper())
+    root.setLevel(python_level(level))
     root.propagate = False

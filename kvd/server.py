@@ -28,6 +28,7 @@ from kvd.config import ConfigError, Settings
 from kvd.connection import Client, ReplyBatch
 from kvd.failover import Failover
 from kvd.latency import LatencyMonitor
+from kvd.logs import python_level
 from kvd.notify import KEYEVENT, KEYSPACE, KeyspaceEvents, parse_flags
 from kvd.persist.saves import Saves
 from kvd.protocol import errors
@@ -302,7 +303,7 @@ class Server:
         for client in self.clients.values():
             client.parser.set_limits(new.proto_max_bulk_len, new.client_query_buffer_limit)
             client.set_watch_ns(self.watch_ns)
-        logging.getLogger("kvd").setLevel(new.loglevel.upper())
+        logging.getLogger("kvd").setLevel(python_level(new.loglevel))
         changed = [k for k in type(new).__dataclass_fields__ if getattr(old, k) != getattr(new, k)]
         if changed:
             log.info("configuration changed: %s", ", ".join(k.replace("_", "-") for k in changed))

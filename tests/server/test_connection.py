@@ -254,3 +254,14 @@ def test_config_file_given_as_config_equals_file(tmp_path):
     config = tmp_path / "kvd.toml"
     config.write_text("no-such-key = 1\n")  # the file is read: its own error names it
     assert _refused_start(tmp_path, f"--config={config}") == f"kvd: {config}: unknown key 'no-such-key'"
+
+
+def test_loglevel_takes_redis_names(server):
+    # redis.conf's verbose and notice (Redis's default); CONFIG GET answers the name given, as Redis does
+    r = server.client()
+    try:
+        for name in ("notice", "verbose", "warning", "debug"):
+            assert r.config_set("loglevel", name) is True
+            assert r.config_get("loglevel") == {"loglevel": name}
+    finally:
+        r.config_set("loglevel", "notice")

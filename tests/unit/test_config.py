@@ -225,7 +225,7 @@ def test_tables_are_not_keys(tmp_path: Path) -> None:
         ('compaction-dead-ratio = "half"', "compaction-dead-ratio: expected a number in (0, 1], got 'half'"),
         ("bind = []", "bind: expected one or more addresses"),
         ("bind = [1, 2]", "bind: expected a list of addresses, got [1, 2]"),
-        ('loglevel = "verbose"', "loglevel: expected one of debug, info, warning, got 'verbose'"),
+        ('loglevel = "loud"', "loglevel: expected one of debug, verbose, info, notice, warning, got 'loud'"),
         ("requirepass = 123", "requirepass: expected a string, got 123"),
         ('tls-auth-clients = "sometimes"', "tls-auth-clients: expected one of yes, no, optional"),
     ],
