@@ -89,6 +89,8 @@ class SegmentLog(SegmentLogHooks):
         self.directory = Path(directory)
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
+        except FileExistsError:
+            raise PersistError(f"{self.directory} is not a directory") from None
         except OSError as exc:
             raise PersistError(f"cannot create directory {self.directory}: {exc.strerror}") from None
         if not self.directory.is_dir() or not os.access(self.directory, os.W_OK | os.X_OK):

@@ -265,3 +265,12 @@ def test_loglevel_takes_redis_names(server):
             assert r.config_get("loglevel") == {"loglevel": name}
     finally:
         r.config_set("loglevel", "notice")
+
+
+@pytest.mark.kvd_only  # kvd's start-up checks
+def test_dir_that_is_a_regular_file_is_named_as_such(tmp_path):
+    file = tmp_path / "afile"
+    file.write_text("")
+    assert (
+        _refused_start(tmp_path, "--persistence", "yes", "--dir", str(file)) == f"kvd: dir: {file} is not a directory"
+    )
