@@ -742,6 +742,10 @@ def _read_toml(path: str) -> dict[str, Any]:
 
 
 def _display(spec: Spec, value: Any) -> str:
+    if spec.kind == "events":
+        from kvd.notify import shown_flags
+
+        return shown_flags(value)
     if spec.kind == "octal":
         return f"{value:o}"
     if spec.kind == "bool":

@@ -48,12 +48,22 @@ def parse_flags(text: str) -> int:
 
 
 def format_flags(flags: int) -> str:
-    """Flags as CONFIG GET shows them: ``A`` for all the classes it covers, then K, E and m."""
+    """Flags as the setting keeps them (and kvd.toml's CONFIG REWRITE writes them): ``A`` for all the classes it
+    covers, with ``n`` after it when on (A does not cover n), then K, E and m."""
     if flags & ALL == ALL:
         text = "A" + ("n" if flags & NEW else "")
     else:
         text = "".join(letter for letter in _CLASS_ORDER if flags & _LETTERS[letter])
     return text + "".join(letter for letter in "KEm" if flags & _LETTERS[letter])
+
+
+def shown_flags(text: str) -> str:
+    """The setting as CONFIG GET shows it, Redis 7.0's ``keyspaceEventsFlagsToString``: after ``A`` the ``n`` is
+    left out, though new-key events are still published (``AKEn`` shows as ``AKE``)."""
+    flags = parse_flags(text)
+    if flags & ALL == ALL:
+        flags &= ~NEW
+    return format_flags(flags)
 
 
 class KeyspaceEvents:

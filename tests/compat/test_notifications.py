@@ -131,3 +131,18 @@ def test_the_setting_is_redis_s(server):
             assert c.command("SET", "quiet", "1") == b"+OK\r\n"  # off again: nothing is published
             assert c.command("PUBLISH", MARK, "-") == b":1\r\n"
             assert parse(sub.read_reply())[2] == MARK
+
+
+def test_config_get_shows_a_and_n_as_redis_does_and_new_keys_are_still_announced(server):
+    """Redis 7.0 prints the classes A covers as ``A`` and leaves ``n`` out after it (``keyspaceEventsFlagsToString``),
+    though the new-key events stay on: ``AKEn`` reads back as ``AKE`` and ``new`` is still published."""
+    with server.raw() as c, subscriber(server) as sub:
+        assert c.command("CONFIG", "SET", "notify-keyspace-events", "AKEn") == b"+OK\r\n"
+        assert parse(c.command("CONFIG", "GET", "notify-keyspace-events"))[1] == b"AKE"
+        assert c.command("SET", "fresh", "1") == b"+OK\r\n"
+        c.command("PUBLISH", MARK, "-")
+        assert events_until_mark(sub) == [("new", "fresh"), ("set", "fresh")]
+        assert c.command("CONFIG", "SET", "notify-keyspace-events", "g$lshzxetdnKE") == b"+OK\r\n"
+        assert parse(c.command("CONFIG", "GET", "notify-keyspace-events"))[1] == b"AKE"
+        assert c.command("CONFIG", "SET", "notify-keyspace-events", "Kgn") == b"+OK\r\n"
+        assert parse(c.command("CONFIG", "GET", "notify-keyspace-events"))[1] == b"gnK"
