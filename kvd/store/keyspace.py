@@ -532,12 +532,20 @@ class Keyspace:
         the new key's record before the old key's delete, so a crash between them leaves both keys, never
         neither. For that moment the value is charged twice; nothing is evicted for it (Redis's RENAME evicts
         nothing), only for what the new key's name adds. Under LFU ``dst`` carries ``src``'s counter, which the
-        caller's read of the value counted (Redis's RENAME moves the object itself)."""
+        caller's read of the value counted (Redis's RENAME moves the object itself). Tracking clients hear of
+        ``src`` before ``dst``, as Redis signals them, whatever order the log needs."""
         source = self._entries.get(src)
-        self.set(dst, value, expire_at, moving=True, history=FRESH)
-        if source is not None and self.ram.lfu is not None:
-            self._entries[dst].atime = source.atime
-        self.delete(src)
+        tracking, self.tracking = self.tracking, None
+        try:
+            self.set(dst, value, expire_at, moving=True, history=FRESH)
+            if source is not None and self.ram.lfu is not None:
+                self._entries[dst].atime = source.atime
+            self.delete(src)
+        finally:
+            self.tracking = tracking
+        if tracking is not None:
+            tracking.invalidate(src)
+            tracking.invalidate(dst)
         if self.ram.budget and self.ram.used > self.ram.budget:
             self._evict()
 

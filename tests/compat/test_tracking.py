@@ -77,6 +77,20 @@ def test_transaction_invalidations_follow_exec(server):
         assert a.read_replies(2) == [invalidate(b"k1"), invalidate(b"k2")]
 
 
+def test_rename_invalidates_the_source_then_the_destination(server):
+    """Redis's RENAME signals its source key before its destination (renameGenericCommand), whatever order a
+    server writes them in."""
+    with resp3(server) as a, server.raw() as b:
+        b.command("MSET", "src", "1", "dst", "2", "s2", "3")
+        a.command("CLIENT", "TRACKING", "ON")
+        a.command("MGET", "dst", "src", "s2", "d2")
+        assert b.command("RENAME", "src", "dst") == b"+OK\r\n"
+        assert a.read_replies(2) == [invalidate(b"src"), invalidate(b"dst")]
+        assert b.command("RENAMENX", "s2", "d2") == b":1\r\n"
+        assert a.read_replies(2) == [invalidate(b"s2"), invalidate(b"d2")]
+        assert nothing_pending(a)
+
+
 def test_expiry_and_flush_invalidate(server):
     with resp3(server) as a, server.raw() as b:
         b.command("SET", "short", "v", "PX", "50")
