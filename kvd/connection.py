@@ -563,33 +563,47 @@ class Client(asyncio.BufferedProtocol):
         try:
             result = cmd.handler(self, argv)
         except BaseException:
+            self._caching_used(cmd.name)
             if outer:  # only a write that failed half-way (MSET out of memory) has any: before its error reply
                 self._deliver_invalidations()
             raise
         finally:
             tracking.writer = None
-        mode = self.tracking
-        if mode is not None:  # the command may have been CLIENT TRACKING off or RESET
-            if READONLY in cmd.flags and not mode.bcast and mode.tracks_next_command():
-                # Also when the value is still being read from disk: a change during that read is then held
-                # here and sent after the reply, so the reply never outlives its invalidation.
-                keys = command_keys(cmd, argv)
-                if keys:
-                    tracking.remember(self, keys)
-            if not self.executing_transaction and cmd.name != "client":
-                mode.caching = False  # CLIENT CACHING counts for the next command (all of an EXEC) only
+        mode = self.tracking  # the command may have been CLIENT TRACKING off or RESET
+        if mode is not None and READONLY in cmd.flags and not mode.bcast and mode.tracks_next_command():
+            # Also when the value is still being read from disk: a change during that read is then held here
+            # and sent after the reply, so the reply never outlives its invalidation.
+            keys = command_keys(cmd, argv)
+            if keys:
+                tracking.remember(self, keys)
         if not outer:
             return result
         if result is None:
+            self._caching_used(cmd.name)
             self._deliver_invalidations()
             return None
-        return self._deliver_after(result)
+        return self._deliver_after(result, cmd.name)
 
-    async def _deliver_after(self, pending: Any) -> None:
+    async def _deliver_after(self, pending: Any, name: str) -> None:
         try:
             await pending
         finally:
+            self._caching_used(name)  # an EXEC's: once its last queued command has run
             self._deliver_invalidations()
+
+    def _caching_used(self, name: str) -> None:
+        """A command is done with, run or not (refused, unknown, failed): a CLIENT CACHING given before it no longer
+        counts, as Redis's resetClient clears it. Not while a transaction is open (MULTI and the commands it
+        queues keep it for the EXEC, whose commands all use it), nor after a CLIENT command (CACHING itself)."""
+        mode = self.tracking
+        if (
+            mode is not None
+            and mode.caching
+            and name != "client"
+            and self._multi is None
+            and (name == "exec" or not self.executing_transaction)
+        ):
+            mode.caching = False
 
     def _deliver_invalidations(self) -> None:
         held, self._held_invalidations = self._held_invalidations, None
@@ -692,6 +706,8 @@ class Client(asyncio.BufferedProtocol):
         self.reply.error(errors.unknown_command(bytes(argv[0]), argv[1:]))
         if self._reply_skip:
             self._command_done()
+        if self.tracking is not None:
+            self._caching_used("")
         return None
 
     def _refuse(self, cmd: Any, message: str, argv: list[Any], in_multi: bool = True, replied: bool = False) -> None:
@@ -712,6 +728,8 @@ class Client(asyncio.BufferedProtocol):
             self.reply.error(message)
         if self._reply_skip:
             self._command_done()
+        if self.tracking is not None:
+            self._caching_used(cmd.name)
         return None
 
     def _command_failed(self, name: str, exc: Exception) -> bool:

@@ -7,7 +7,8 @@ changes, so that it drops its copy. Two modes, as in Redis:
   key -> the ids of the clients that read it. The first change to the key (a write, a delete, an expiry, an
   eviction, a new deadline) sends each of them ``invalidate [key]`` once and forgets the key, until they read it
   again. OPTIN tracks only the keys of the command after ``CLIENT CACHING yes``, OPTOUT all but those after
-  ``CLIENT CACHING no``.
+  ``CLIENT CACHING no``; as in Redis, "the command after" is a whole MULTI ... EXEC when MULTI follows, and a
+  command that is refused, unknown or fails uses it up too (``Client._caching_used``).
 * BCAST: the client names prefixes (none: every key) and hears about every changed key that starts with one, read
   or not. The keys changed during one loop iteration go out together at its end, one message per prefix.
 

@@ -133,6 +133,53 @@ def test_optin_tracks_only_after_caching_yes(server):
         assert nothing_pending(a)
 
 
+def test_caching_counts_for_a_whole_transaction_and_for_a_command_that_fails(server):
+    """As Redis's resetClient: CLIENT CACHING is kept through MULTI and the commands it queues, so every command of
+    the EXEC uses it, and is cleared after the EXEC; a command that is refused, unknown or fails uses it up too,
+    while a CLIENT command leaves it for the next one."""
+    with resp3(server) as a, server.raw() as b:
+        b.command("SET", "text", "not a number")
+        a.command("CLIENT", "TRACKING", "ON", "OPTIN")
+        a.command("CLIENT", "CACHING", "YES")
+        assert a.command("MULTI") == b"+OK\r\n"
+        a.command("GET", "t1")
+        a.command("GET", "t2")
+        assert a.command("EXEC") == b"*2\r\n_\r\n_\r\n"
+        a.command("GET", "after-exec")  # not tracked: the EXEC used the CACHING up
+        a.command("MULTI")
+        a.command("CLIENT", "CACHING", "YES")  # queued: it counts from where it runs in the EXEC
+        a.command("GET", "t3")
+        a.command("EXEC")
+        a.command("GET", "after-exec2")
+        for failing in (["NOSUCH"], ["GET"], ["INCR", "text"]):  # unknown, refused, failed
+            a.command("CLIENT", "CACHING", "YES")
+            assert a.command(*failing).startswith(b"-")
+            a.command("GET", f"after-{failing[0]}".lower())
+        a.command("CLIENT", "CACHING", "YES")
+        a.command("CLIENT", "ID")  # a CLIENT command keeps it
+        a.command("GET", "t4")
+        keys = ["t1", "t2", "after-exec", "t3", "after-exec2", "after-nosuch", "after-get", "after-incr", "t4"]
+        b.command("MSET", *[x for k in keys for x in (k, "1")])
+        assert a.read_replies(4) == [invalidate(b"t1"), invalidate(b"t2"), invalidate(b"t3"), invalidate(b"t4")]
+        assert nothing_pending(a)
+
+
+def test_caching_no_of_optout_is_kept_through_multi(server):
+    with resp3(server) as a, server.raw() as b:
+        a.command("CLIENT", "TRACKING", "ON", "OPTOUT")
+        a.command("CLIENT", "CACHING", "NO")
+        a.command("MULTI")
+        a.command("GET", "u1")
+        a.command("EXEC")
+        a.command("GET", "u2")  # tracked again after the EXEC
+        a.command("CLIENT", "CACHING", "NO")
+        a.command("NOSUCH")
+        a.command("GET", "u3")  # the unknown command used the CACHING NO up
+        b.command("MSET", "u1", "1", "u2", "1", "u3", "1")
+        assert a.read_replies(2) == [invalidate(b"u2"), invalidate(b"u3")]
+        assert nothing_pending(a)
+
+
 def test_resp2_redirect_to_a_subscriber(server):
     with server.raw() as sink, server.raw() as a, server.raw() as b:
         sink_id = int(sink.command("CLIENT", "ID")[1:-2])
