@@ -36,7 +36,9 @@ The link (``ReplicaLink``) is one task and at most one connection, in the steps 
 Offsets. ``offset`` counts the bytes of every command that reached the keyspace, as the canonical RESP size of
 its arguments (primaries send commands in that form). A cut link goes back to connect after a second and asks
 to continue from ``offset + 1``: commands received but not yet run when the link broke were not counted, so
-they are sent again; a MULTI cut before its EXEC is rewound to before the MULTI. The history is kept while the
+they are sent again; a MULTI cut before its EXEC is rewound to before the MULTI. What the replica acknowledges,
+and shows as ``slave_repl_offset``, is the offset its keyspace holds: before a MULTI whose EXEC has not come (a
+Redis replica's ``reploff``), so a primary's WAIT never counts a write still queued. The history is kept while the
 process runs and forgotten at ``REPLICAOF NO ONE`` (the replica may then take writes the history lacks). A clean
 shutdown with persistence on writes it to ``dir/replica-link.id`` once the log is flushed (``resumable``), and the
 next start takes it and asks to continue, so a restarted replica gets only what it missed, as a Redis replica
@@ -313,9 +315,14 @@ class PrimaryClient(Client):
         super().connection_lost(exc)
         self.link.stream_ended(exc)
 
+    def applied_offset(self) -> int:
+        """How far the stream has reached the keyspace: ``link.offset`` but for a transaction whose EXEC has not
+        come, whose queued commands have not run (Redis's replica leaves ``reploff`` before such a MULTI)."""
+        return self._offset_at_multi if self._offset_at_multi >= 0 else self.link.offset
+
     def send_ack(self) -> None:
         if self.transport is not None and not self._closed:
-            self.transport.write(encode_command(b"REPLCONF", b"ACK", b"%d" % self.link.offset))
+            self.transport.write(encode_command(b"REPLCONF", b"ACK", b"%d" % self.applied_offset()))
 
 
 class ReplicaLink:
@@ -648,9 +655,14 @@ class ReplicaLink:
 
     # -- reports -----------------------------------------------------------------------------------------------
 
+    def applied_offset(self) -> int:
+        """The offset the keyspace holds the primary's data at (``offset`` less a transaction still open)."""
+        client = self._client
+        return client.applied_offset() if client is not None else self.offset
+
     def role(self) -> tuple[str, int, str, int]:
         """ROLE's host, port, state and processed offset (-1 until the stream flows)."""
-        return self.host, self.port, self.state, self.offset if self.link_up else -1
+        return self.host, self.port, self.state, self.applied_offset() if self.link_up else -1
 
     def info(self) -> list[tuple[str, object]]:
         """INFO replication's lines for a replica, between role and connected_slaves, as Redis 7.0 writes them."""
@@ -661,7 +673,7 @@ class ReplicaLink:
             ("master_last_io_seconds_ago", int(self.last_io())),
             ("master_sync_in_progress", int(self.state == "sync")),
             ("slave_read_repl_offset", self.offset),
-            ("slave_repl_offset", self.offset),
+            ("slave_repl_offset", self.applied_offset()),
         ]
         if self.state == "sync":
             total = self.sync_total

@@ -204,10 +204,11 @@ class Server:
         link = self.link
         if link is None:
             return
-        history = (link.replid, link.offset) if link.resumable() else None
+        resumable = link.resumable()  # judged before stopping half-run commands
+        link.stop()  # a transaction whose EXEC has not come is rewound to before its MULTI: it never ran
+        history = (link.replid, link.offset) if resumable else None
         if history == (self.replication.replid, self.replication.offset):
             history = None  # its own stream (an aborted FAILOVER): nothing came from elsewhere, nothing to take over
-        link.stop()
         log.info("no longer replicating from %s:%d: a primary now", link.host, link.port)
         self.link = None
         self._set_replicaof("")

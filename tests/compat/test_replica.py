@@ -12,7 +12,7 @@ import time
 
 import pytest
 import redis
-from support.primary import FakePrimary, small_keys_rdb
+from support.primary import EMPTY_RDB, FakePrimary, encode, small_keys_rdb
 from support.server import ServerProcess
 from test_rdb_snapshot import fill
 
@@ -635,3 +635,37 @@ def test_the_idle_timeout_spares_the_link_to_a_primary_and_a_replica(server):
         idle.settimeout(1)
         data = idle.recv(4096)
         assert data.startswith(b"+PONG") and idle.recv(4096) == b""  # the ordinary idle client was closed
+
+
+def test_an_open_transaction_is_not_acknowledged_nor_taken_over(server):
+    """A MULTI whose EXEC has not come has not reached the keyspace: the replica's ACKs and INFO leave it out (its
+    offset stays before the MULTI, as a Redis replica's reploff), and REPLICAOF NO ONE, which drops it, continues
+    the primary's history from before it."""
+    r = server.client()
+    fake = FakePrimary(b"$%d\r\n" % len(EMPTY_RDB) + EMPTY_RDB, hold=60, offset=1000)
+    try:
+        r.replicaof(fake.host, fake.port)
+        wait_link(r, server, timeout=10)
+        fake.wait_ack(1000)
+        fake.send(["SET", "before", "1"])
+        done = 1000 + len(encode("SET", "before", "1"))
+        fake.wait_ack(done)
+        fake.send(["MULTI"], ["SET", "inside", "1"])
+        time.sleep(2.5)  # two of the replica's once-a-second ACKs at least
+        assert max(fake.acks()) == done, fake.acks()
+        assert r.info("replication")["slave_repl_offset"] == done
+        assert r.get("inside") is None and r.get("before") == b"1"
+        fake.send(["EXEC"])
+        whole = done + len(encode("MULTI") + encode("SET", "inside", "1") + encode("EXEC"))
+        fake.wait_ack(whole)
+        assert r.get("inside") == b"1"
+        fake.send(["MULTI"], ["SET", "cut", "1"])
+        time.sleep(0.3)
+        r.replicaof("NO", "ONE")
+        info = r.info("replication")
+        assert (info["master_replid2"], info["second_repl_offset"]) == ("f" * 40, whole + 1)
+        assert info["master_repl_offset"] == whole
+        assert r.get("cut") is None
+    finally:
+        r.replicaof("NO", "ONE")
+        fake.close()

@@ -1,9 +1,11 @@
 """A stand-in for a replica's primary, for the snapshots no real primary can be made to send on demand: cut short,
 damaged, followed by silence, with an end-of-file mark split over reads, or large enough that its load takes
-seconds. The server under test is always the real replica."""
+seconds; and for a stream cut where no real primary cuts it (a MULTI whose EXEC has not come). The server under
+test is always the real replica."""
 
 from __future__ import annotations
 
+import re
 import socket
 import threading
 import time
@@ -14,10 +16,13 @@ class FakePrimary:
     handshake, then every PSYNC with +FULLRESYNC and ``payload``, then closes. Not a stand-in for the server
     under test: the damaged transfers it sends are what no real primary can be made to send on demand."""
 
-    def __init__(self, payload: bytes | list[bytes], hold: float = 0) -> None:
+    def __init__(self, payload: bytes | list[bytes], hold: float = 0, offset: int = 0) -> None:
         self.payload = [payload] if isinstance(payload, bytes) else payload  # pieces, sent 50 ms apart
-        self.hold = hold  # seconds the connection stays open, silent, after the payload
+        self.hold = hold  # seconds the connection stays open after the payload (``send`` streams more meanwhile)
+        self.offset = offset  # the offset +FULLRESYNC announces
         self.psyncs = 0
+        self.conn: socket.socket | None = None  # the connection the payload went to
+        self.received = bytearray()  # what the replica sent after the payload (its REPLCONF ACKs)
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         self.host = "127.0.0.1"
@@ -42,16 +47,45 @@ class FakePrimary:
                         conn.sendall(b"+PONG\r\n")
                     elif name == b"psync":
                         self.psyncs += 1
-                        conn.sendall(b"+FULLRESYNC " + b"f" * 40 + b" 0\r\n")
+                        conn.sendall(b"+FULLRESYNC " + b"f" * 40 + b" %d\r\n" % self.offset)
                         for piece in self.payload:
                             time.sleep(0.05)
                             conn.sendall(piece)
-                        time.sleep(self.hold)
+                        self.conn = conn
+                        self._listen(conn, time.monotonic() + self.hold)
                         return
                     else:
                         conn.sendall(b"+OK\r\n")
             except (OSError, ValueError):
                 pass
+
+    def _listen(self, conn: socket.socket, until: float) -> None:
+        conn.settimeout(0.05)
+        while time.monotonic() < until:
+            try:
+                data = conn.recv(65536)
+            except TimeoutError:
+                continue
+            if not data:
+                return
+            self.received += data
+
+    def send(self, *commands: list[bytes | str]) -> None:
+        """Stream ``commands`` to the replica, in one write, as a primary propagates them."""
+        assert self.conn is not None, "no replica is following yet"
+        self.conn.sendall(b"".join(encode(*argv) for argv in commands))
+
+    def acks(self) -> list[int]:
+        """The offsets of the REPLCONF ACKs received so far, in order."""
+        return [
+            int(n) for n in re.findall(rb"\*3\r\n\$8\r\nREPLCONF\r\n\$3\r\nACK\r\n\$\d+\r\n(\d+)\r\n", self.received)
+        ]
+
+    def wait_ack(self, offset: int, timeout: float = 10) -> None:
+        deadline = time.monotonic() + timeout
+        while offset not in self.acks():
+            assert time.monotonic() < deadline, f"no ACK of {offset}: {self.acks()}"
+            time.sleep(0.02)
 
     @staticmethod
     def _command(f) -> list[bytes]:
@@ -72,6 +106,15 @@ class FakePrimary:
 
     def close(self) -> None:
         self.sock.close()
+
+
+def encode(*argv: bytes | str | int) -> bytes:
+    """A command as a primary streams it: a RESP array of bulk strings."""
+    parts = [a if isinstance(a, bytes) else str(a).encode() for a in argv]
+    return b"*%d\r\n" % len(parts) + b"".join(b"$%d\r\n%s\r\n" % (len(p), p) for p in parts)
+
+
+EMPTY_RDB = b"REDIS0009\xff" + bytes(8)  # no keys; a zero checksum means "not computed"
 
 
 def small_keys_rdb(n: int) -> bytes:
