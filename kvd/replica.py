@@ -231,6 +231,7 @@ class PrimaryClient(Client):
         self.reply.out = DISCARD  # as Redis's master client: nothing goes back but REPLCONF ACK
         self.reply.on_error = self._refused
         self._offset_at_multi = -1  # link.offset before the MULTI of a transaction not yet executed
+        self._running = 0  # bytes of the command running now, counted in link.offset already
         self._errors_logged_at = 0.0
         self._errors_unlogged = 0
 
@@ -282,7 +283,12 @@ class PrimaryClient(Client):
             # Redis; the read counted it as client input.
             self.stats.net_repl_input_bytes += size
             self.stats.net_input_bytes -= size
-        result = super()._execute(argv)
+            self._running = size
+        try:
+            result = super()._execute(argv)
+        finally:
+            if counted:
+                self._running = 0
         if counted and self._multi is None:
             self._offset_at_multi = -1
         return result
@@ -317,8 +323,12 @@ class PrimaryClient(Client):
 
     def applied_offset(self) -> int:
         """How far the stream has reached the keyspace: ``link.offset`` but for a transaction whose EXEC has not
-        come, whose queued commands have not run (Redis's replica leaves ``reploff`` before such a MULTI)."""
-        return self._offset_at_multi if self._offset_at_multi >= 0 else self.link.offset
+        come, whose queued commands have not run (Redis's replica leaves ``reploff`` before such a MULTI), and for
+        the command running now: a REPLCONF GETACK is answered with the offset before it, as Redis's replica
+        answers it before it counts the GETACK's own bytes."""
+        if self._offset_at_multi >= 0:
+            return self._offset_at_multi
+        return self.link.offset - self._running
 
     def send_ack(self) -> None:
         if self.transport is not None and not self._closed:

@@ -669,3 +669,23 @@ def test_an_open_transaction_is_not_acknowledged_nor_taken_over(server):
     finally:
         r.replicaof("NO", "ONE")
         fake.close()
+
+
+def test_replconf_getack_is_answered_with_the_offset_before_it(server):
+    """Redis's replica answers REPLCONF GETACK with its offset before the GETACK's own 37 bytes, which count from
+    the next ACK on: two GETACKs after a write are answered with the write's offset, then that plus 37."""
+    r = server.client()
+    fake = FakePrimary(b"$%d\r\n" % len(EMPTY_RDB) + EMPTY_RDB, hold=60, offset=500)
+    try:
+        r.replicaof(fake.host, fake.port)
+        wait_link(r, server, timeout=10)
+        fake.wait_ack(500)
+        getack = ["REPLCONF", "GETACK", "*"]
+        fake.send(["SET", "k", "v"], getack, getack)
+        written = 500 + len(encode("SET", "k", "v"))
+        fake.wait_ack(written + len(encode(*getack)))
+        assert written in fake.acks() and len(encode(*getack)) == 37
+        fake.wait_ack(written + 2 * 37, timeout=5)  # the next ACK counts both
+    finally:
+        r.replicaof("NO", "ONE")
+        fake.close()
