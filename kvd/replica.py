@@ -34,16 +34,16 @@ The link (``ReplicaLink``) is one task and at most one connection, in the steps 
                has ``LOG_LAG_MAX`` bytes or more left to write.
 
 Offsets. ``offset`` counts the bytes of every command that reached the keyspace, as the canonical RESP size of
-its arguments (primaries send commands in that form). A cut link goes back to connect after a second and asks
-to continue from ``offset + 1``: commands received but not yet run when the link broke were not counted, so
-they are sent again; a MULTI cut before its EXEC is rewound to before the MULTI. What the replica acknowledges,
-and shows as ``slave_repl_offset``, is the offset its keyspace holds: before a MULTI whose EXEC has not come (a
-Redis replica's ``reploff``), so a primary's WAIT never counts a write still queued. The history is kept while the
-process runs and forgotten at ``REPLICAOF NO ONE`` (the replica may then take writes the history lacks). A clean
-shutdown with persistence on writes it to ``dir/replica-link.id`` once the log is flushed (``resumable``), and the
-next start takes it and asks to continue, so a restarted replica gets only what it missed, as a Redis replica
-does from the replid its RDB file keeps; after a crash the file is not there and the replica resynchronises
-fully.
+its arguments (primaries send commands in that form). A cut link connects again at once (then, while attempts
+fail, once a second) and asks to continue from ``offset + 1``: commands received but not yet run when the link
+broke were not counted, so they are sent again; a MULTI cut before its EXEC is rewound to before the MULTI. What
+the replica acknowledges, and shows as ``slave_repl_offset``, is the offset its keyspace holds: before a MULTI
+whose EXEC has not come (a Redis replica's ``reploff``), so a primary's WAIT never counts a write still queued.
+The history is kept while the process runs and forgotten at ``REPLICAOF NO ONE`` (the replica may then take
+writes the history lacks). A clean shutdown with persistence on writes it to ``dir/replica-link.id`` once the log
+is flushed (``resumable``), and the next start takes it and asks to continue, so a restarted replica gets only
+what it missed, as a Redis replica does from the replid its RDB file keeps; after a crash the file is not there
+and the replica resynchronises fully.
 
 What differs from a Redis replica: kvd's own clock expires keys (deadlines are absolute, so it expires them
 when the primary does, give or take the clocks' skew; the primary's DEL that follows changes nothing), and the
@@ -83,7 +83,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("kvd.replica")
 
-RETRY_SECONDS = 1.0  # after a failed attempt or a cut link, as Redis's replicationCron retries each second
+RETRY_SECONDS = 1.0  # after a failed attempt, as Redis's replicationCron retries each second (a cut link: at once)
 ACK_SECONDS = 1.0
 LOAD_SLICE = 0.01  # seconds of loading between two turns of the event loop
 WIRE_HIGH = 4 << 20  # the handshake connection stops reading past this much unconsumed data
@@ -408,11 +408,14 @@ class ReplicaLink:
             if self.failover is not None:  # the FAILOVER's target was not reached: this server stays the primary
                 asyncio.get_running_loop().call_soon(self.failover.abort, self.last_error or "the link failed")
                 self.failover = None
-            if self.state == "connected":
+            was_up = self.state == "connected"
+            if was_up:
                 self.down_since = time.monotonic()
             self.state = "connect"
             if not self._stopped:
-                await asyncio.sleep(RETRY_SECONDS)
+                # A link that was up is connected again at once, as Redis 7's replicationHandleMasterDisconnection
+                # does: a second's wait under a stream of writes can cost the backlog, and a full snapshot.
+                await asyncio.sleep(0 if was_up else RETRY_SECONDS)
 
     def _failed(self, reason: str) -> None:
         """Log why an attempt failed: a warning when the reason is new, the same reason again only at debug level

@@ -689,3 +689,19 @@ def test_replconf_getack_is_answered_with_the_offset_before_it(server):
     finally:
         r.replicaof("NO", "ONE")
         fake.close()
+
+
+def test_a_cut_link_is_connected_again_at_once(server, redis_server):
+    """Redis 7 reconnects to its primary as soon as the link drops (replicationHandleMasterDisconnection), not at
+    the next once-a-second cron: under a stream of writes a second's wait may outrun the backlog."""
+    p = redis_server.client()
+    p.set("k", "v")
+    r = follow(server, redis_server)
+    same(p, r)
+    partial = p.info("stats")["sync_partial_ok"]
+    started = time.monotonic()
+    assert p.client_kill_filter(_type="replica") == 1
+    until(lambda: p.info("stats")["sync_partial_ok"] > partial, "the replica to continue", 10)
+    assert time.monotonic() - started < 0.8
+    p.set("k2", "v2")
+    same(p, r)
