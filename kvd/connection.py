@@ -108,6 +108,9 @@ class Client(asyncio.BufferedProtocol):
     """A connected client: its protocol state, auth state, name and reply stream."""
 
     link: ReplicaLink | None = None  # set on the primary's connection of a replica only (kvd/replica.py)
+    # A command refused or unknown while a transaction is open fails its EXEC (Redis's flagTransaction); the
+    # primary's connection passes such a command over instead (kvd/replica.py).
+    flags_transactions = True
 
     def __init__(self, server: Server) -> None:
         self.server = server
@@ -701,7 +704,7 @@ class Client(asyncio.BufferedProtocol):
             self._queue.clear()
             self.kill()
             return None
-        if self._multi is not None:
+        if self._multi is not None and self.flags_transactions:
             self._multi_error = True
         self.reply.error(errors.unknown_command(bytes(argv[0]), argv[1:]))
         if self._reply_skip:
@@ -723,7 +726,7 @@ class Client(asyncio.BufferedProtocol):
             if cmd.name == "exec":
                 self.discard_multi()
                 message = f"EXECABORT Transaction discarded because of: {message.removeprefix('ERR ')}"
-            elif self._multi is not None and in_multi:
+            elif self._multi is not None and in_multi and self.flags_transactions:
                 self._multi_error = True
             self.reply.error(message)
         if self._reply_skip:

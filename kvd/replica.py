@@ -222,7 +222,14 @@ class _Wire(asyncio.Protocol):
 
 class PrimaryClient(Client):
     """The primary's connection once it streams: a client whose writes are allowed on a read-only replica,
-    whose replies are dropped, and which counts the bytes of the commands it runs (``link.offset``)."""
+    whose replies are dropped, and which counts the bytes of the commands it runs (``link.offset``).
+
+    A command kvd does not know or refuses before it runs (a Redis primary's LPUSH, HSET...) is logged and counted
+    as every error to the primary is, and passed over; inside a MULTI it does not fail the EXEC (``Client.
+    flags_transactions``), so the string writes of a transaction or script that also touched a list still
+    arrive."""
+
+    flags_transactions = False
 
     def __init__(self, server: Server, link: ReplicaLink) -> None:
         super().__init__(server)

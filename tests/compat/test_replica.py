@@ -705,3 +705,17 @@ def test_a_cut_link_is_connected_again_at_once(server, redis_server):
     assert time.monotonic() - started < 0.8
     p.set("k2", "v2")
     same(p, r)
+
+
+def test_a_transaction_of_the_primary_with_commands_the_replica_refuses_still_applies_the_rest(server, redis_server):
+    """A MULTI/EXEC, or a script (propagated as one), that writes strings and a list: the strings reach the
+    replica. (kvd stores strings only: it passes the list's commands over, logged, without failing the EXEC.)"""
+    p = redis_server.client()
+    r = follow(server, redis_server)
+    with p.pipeline(transaction=True) as tx:
+        tx.set("s1", "v1").lpush("l1", "x").set("s2", "v2").execute()
+    p.eval("redis.call('SET', 's3', 'v3'); redis.call('RPUSH', 'l2', 'y'); redis.call('SET', 's4', 'v4')", 0)
+    p.set("after", "1")
+    assert p.execute_command("WAIT", 1, 10_000) == 1
+    assert r.mget("s1", "s2", "s3", "s4", "after") == [b"v1", b"v2", b"v3", b"v4", b"1"]
+    assert r.info("replication")["slave_repl_offset"] == p.info("replication")["master_repl_offset"]
