@@ -25,8 +25,9 @@ The link (``ReplicaLink``) is one task and at most one connection, in the steps 
                HELLO, CLIENT...; not PING), as a Redis replica answers, and INFO persistence shows the progress
                (``LoadProgress``). With persistence on each slice waits
                until the log has written it, so a large load runs at the disk's pace and never queues the
-               dataset in memory. Keys of other types (a Redis primary's lists, hashes...) are passed over and
-               counted in the log; keys whose deadline has passed are not loaded.
+               dataset in memory. Keys of other types (a Redis primary's lists, hashes...) and of databases
+               other than 0 are passed over and counted in the log; keys whose deadline has passed are not
+               loaded.
     streaming  the connection becomes a client (``PrimaryClient``) whose commands run like any client's and
                whose replies are dropped, except REPLCONF GETACK, answered with ``REPLCONF ACK <offset>``; the
                offset also goes to the primary once a second, which is what its WAIT counts. Its batches do not
@@ -597,7 +598,7 @@ class ReplicaLink:
             flushed = keyspace.flush()
             loaded = expired = 0
             with open(path, "rb", buffering=1 << 20) as f:
-                reader = RdbReader(f, skip_other_types=True)
+                reader = RdbReader(f, skip_other_types=True, skip_other_databases=True)
                 slice_end = time.monotonic() + LOAD_SLICE
                 now = now_ms()
                 try:
@@ -621,13 +622,15 @@ class ReplicaLink:
         finally:
             server.set_loading(None)
         skipped = ", ".join(f"{n} {kind}" for kind, n in sorted(reader.skipped.items()))
+        elsewhere = ", ".join(f"{n} in database {db}" for db, n in sorted(reader.other_databases.items()))
         log.info(
-            "loaded the primary's snapshot in %.2f s: %d keys (%d old keys flushed; %d expired%s)",
+            "loaded the primary's snapshot in %.2f s: %d keys (%d old keys flushed; %d expired%s%s)",
             time.monotonic() - started,
             loaded,
             flushed,
             expired,
             f"; passed over, not strings: {skipped}" if skipped else "",
+            f"; passed over, kvd has database 0 only: {elsewhere}" if elsewhere else "",
         )
 
     async def _pace(self) -> None:
@@ -735,7 +738,7 @@ def client_tls_context(settings: Settings) -> ssl.SSLContext:
 def _check(path: Path) -> int:
     """Read the whole file as the load will (in a thread): its string keys, or RdbError with where it is damaged."""
     with open(path, "rb", buffering=1 << 20) as f:
-        return sum(1 for _ in RdbReader(f, skip_other_types=True))
+        return sum(1 for _ in RdbReader(f, skip_other_types=True, skip_other_databases=True))
 
 
 _TEMP_PREFIX = "temp-replica-"

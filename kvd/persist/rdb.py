@@ -19,7 +19,9 @@ not change since, and Redis loads every version up to its own, so 9 is what the 
 The reader takes 1 to 11 and skips what only tunes a key (LRU idle time, LFU counter); any type other than a
 string, functions and module data are refused with the type's name, since kvd stores strings only, unless it is
 told to pass keys of other types over (lists, sets, sorted sets, hashes and streams of every encoding), counting
-them by type.
+them by type. Keys of a database other than 0 are refused likewise (kvd has database 0 only), unless it is told
+to pass them over too, whatever their type, counting them by database: what a replica of a Redis primary that
+uses several databases does.
 
 Complexity: writing is O(size of the file) with one CRC pass (C, ``_dump.c``; about 1.4 GB/s). Reading is one
 pass holding one value and one 64 KiB block at a time: 2.3 us per small key against 4.8 reading field by field
@@ -102,10 +104,14 @@ class RdbReader:
     (a Redis primary drops them on load). The checksum is verified at the end when the file carries one; an
     error raises ``RdbError`` after the keys read so far were returned, so a caller may have written them."""
 
-    def __init__(self, stream: BinaryIO, skip_other_types: bool = False) -> None:
+    def __init__(self, stream: BinaryIO, skip_other_types: bool = False, skip_other_databases: bool = False) -> None:
         self._f = stream
         self.skip_other_types = skip_other_types  # keys of other types are passed over and counted in ``skipped``
         self.skipped: Counter[str] = Counter()
+        # Keys of databases other than 0, of any type, are passed over and counted in ``other_databases`` (by db).
+        self.skip_other_databases = skip_other_databases
+        self.other_databases: Counter[int] = Counter()
+        self._db = 0
         # The file is read a block at a time; the fields are slices of the block (a small key is five of them),
         # and the checksum runs over each block's consumed bytes once, not over each field.
         self._buf = b""
@@ -137,8 +143,9 @@ class RdbReader:
                 self.aux[name] = self._string()
             elif op == OP_SELECTDB:
                 db = self._length()
-                if db != 0:
+                if db != 0 and not self.skip_other_databases:
                     raise RdbError(f"the file has keys in database {db} (at byte {at}); kvd has database 0 only")
+                self._db = db
             elif op == OP_RESIZEDB:
                 self.keys_announced = self._length()
                 self._length()
@@ -152,7 +159,10 @@ class RdbReader:
             elif op == STRING:
                 key = self._string()
                 value = self._string()
-                yield key, value, expire_at
+                if self._db:
+                    self.other_databases[self._db] += 1
+                else:
+                    yield key, value, expire_at
                 expire_at = 0
             elif op in (OP_FUNCTION, OP_FUNCTION_PRE_GA):
                 raise RdbError(f"the file holds a function library (at byte {at}); kvd has no scripting")
@@ -162,11 +172,14 @@ class RdbReader:
                 kind = _TYPES.get(op)
                 if kind is None:
                     raise RdbError(f"unknown opcode {op:#04x} at byte {at}: the file is damaged")
-                if not self.skip_other_types or kind == "module":
+                if kind == "module" or not (self.skip_other_types or self._db):
                     raise RdbError(f"the key at byte {at} is a {kind}; kvd stores strings only")
                 self._string()  # the key
                 self._skip_value(op)
-                self.skipped[kind] += 1
+                if self._db:
+                    self.other_databases[self._db] += 1
+                else:
+                    self.skipped[kind] += 1
                 expire_at = 0
 
     @property

@@ -173,3 +173,21 @@ def test_keys_of_other_types_can_be_passed_over(server, redis):
     assert b"skipped 9 of other types (2 hash, 2 list, 2 set, 1 stream, 2 zset)" in r.stdout, r.stdout
     k = server.client()
     assert sorted(k.keys("*")) == [b"s1", b"s2", b"s3"] and k.get("s3") == b"three" and k.ttl("s2") > 900
+
+
+def test_keys_of_other_databases_can_be_passed_over(server, redis):
+    """A Redis dataset in databases 0 and 3: refused as it is (kvd has database 0 only, and would mix the two),
+    and with --skip-other-databases database 0's keys load and the others are counted."""
+    c = redis.client()
+    c.mset({"a": "1", "b": "2"})
+    c3 = redis.client(db=3)
+    c3.mset({"a": "three", "c": "3"})
+    assert c.save()
+    path = str(redis.dir / "dump.rdb")
+    r = load(server, path)
+    assert r.returncode == 1 and b"the file has keys in database 3" in r.stderr, r.stderr
+    r = load(server, path, "--skip-other-databases")
+    assert r.returncode == 0, r.stderr
+    assert b"skipped 2 of other databases (2 in database 3)" in r.stdout, r.stdout
+    k = server.client()
+    assert sorted(k.keys("*")) == [b"a", b"b"] and k.get("a") == b"1"

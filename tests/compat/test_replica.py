@@ -719,3 +719,20 @@ def test_a_transaction_of_the_primary_with_commands_the_replica_refuses_still_ap
     assert p.execute_command("WAIT", 1, 10_000) == 1
     assert r.mget("s1", "s2", "s3", "s4", "after") == [b"v1", b"v2", b"v3", b"v4", b"1"]
     assert r.info("replication")["slave_repl_offset"] == p.info("replication")["master_repl_offset"]
+
+
+def test_a_snapshot_with_keys_in_other_databases_loads_database_0(server, redis_server):
+    """A Redis primary whose dataset uses databases 1 and 5 too: the replica's database 0 is the primary's (kvd,
+    which has database 0 only, passes the others over and says so in its log); the sync is not refused."""
+    p = redis_server.client()
+    p.config_set("repl-diskless-sync-delay", 0)
+    p.mset({"a": "1", "b": "2"})
+    p1 = redis_server.client(db=1)
+    p1.mset({"a": "db1", "only1": "x"})
+    p1.rpush("list1", "x")
+    redis_server.client(db=5).set("five", "5")
+    r = follow(server, redis_server)
+    same(p, r)
+    assert r.mget("a", "b", "only1", "five") == [b"1", b"2", None, None]
+    if server.kind == "kvd":
+        assert "passed over, kvd has database 0 only: 3 in database 1, 1 in database 5" in server.stderr_text()

@@ -53,3 +53,21 @@ def test_the_reader_says_why_it_stops():
         read(rdb.preamble(1, 0, []) + b"\xf0")
     with pytest.raises(rdb.RdbError, match="ends before its checksum"):
         read(file_of([(b"a", b"b", 0)])[:-3])
+
+
+def test_other_databases_are_passed_over_when_asked():
+    """A Redis file with keys in databases 0, 1 and 2 (strings and a hash): refused by default, and with
+    ``skip_other_databases`` only database 0's strings come back, the others counted by database."""
+    body = bytearray(rdb.preamble(2, 0, []))
+    body += rdb.key_header(b"a", 1, 0) + b"1"
+    body += bytes([rdb.OP_SELECTDB, 1]) + rdb.key_header(b"a", 2, 0) + b"db"
+    body += bytes([4]) + b"\x01h\x01\x01f\x01v"  # a hash {f: v}
+    body += bytes([rdb.OP_SELECTDB, 2]) + rdb.key_header(b"c", 1, 99) + b"3"
+    body += bytes([rdb.OP_SELECTDB, 0]) + rdb.key_header(b"b", 1, 0) + b"2"
+    body += rdb.EOF
+    data = bytes(body) + rdb.trailer(crc64_update(bytes(body), 0))
+    with pytest.raises(rdb.RdbError, match="database 1 .*kvd has database 0 only"):
+        read(data)
+    reader = rdb.RdbReader(io.BytesIO(data), skip_other_databases=True)
+    assert list(reader) == [(b"a", b"1", 0), (b"b", b"2", 0)]
+    assert reader.other_databases == {1: 2, 2: 1} and not reader.skipped
