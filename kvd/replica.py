@@ -46,15 +46,17 @@ is flushed (``resumable``), and the next start takes it and asks to continue, so
 what it missed, as a Redis replica does from the replid its RDB file keeps; after a crash the file is not there
 and the replica resynchronises fully.
 
-What differs from a Redis replica: kvd's own clock expires keys (deadlines are absolute, so it expires them
-when the primary does, give or take the clocks' skew; the primary's DEL that follows changes nothing), and the
-RAM tier's eviction applies (with persistence on it only moves values to disk; without it a replica over
-``maxmemory`` drops keys the primary still has). Sub-replicas of a kvd replica follow the replica's own stream
-(its ``master_replid``), not the top primary's. When the replica is promoted (REPLICAOF NO ONE, its primary's
-FAILOVER) with the primary's stream applied to a known offset, its stream goes on numbered as the primary's, under
-a new replid with the primary's as the second (``ReplicationFeed.take_over_history``): the primary's other
-replicas continue from it without a snapshot, and its own sub-replicas resynchronise. With ``tls-replication``
-the link is TLS, the primary verified with ``tls-ca-cert-file`` (``client_tls_context``).
+What differs from a Redis replica: kvd holds database 0 only (a Redis primary's other databases are passed over, in
+the snapshot and in the stream; a MOVE, COPY or SWAPDB that brings another database's data into database 0 costs a
+full resynchronisation: ``PrimaryClient._passed_over``); kvd's own clock expires keys (deadlines are absolute, so
+it expires them when the primary does, give or take the clocks' skew; the primary's DEL that follows changes
+nothing), and the RAM tier's eviction applies (with persistence on it only moves values to disk; without it a
+replica over ``maxmemory`` drops keys the primary still has). Sub-replicas of a kvd replica follow the replica's
+own stream (its ``master_replid``), not the top primary's. When the replica is promoted (REPLICAOF NO ONE, its
+primary's FAILOVER) with the primary's stream applied to a known offset, its stream goes on numbered as the
+primary's, under a new replid with the primary's as the second (``ReplicationFeed.take_over_history``): the
+primary's other replicas continue from it without a snapshot, and its own sub-replicas resynchronise. With
+``tls-replication`` the link is TLS, the primary verified with ``tls-ca-cert-file`` (``client_tls_context``).
 """
 
 from __future__ import annotations
@@ -72,7 +74,10 @@ from typing import TYPE_CHECKING, Any
 
 import aiofiles
 
+from kvd.commands import COMMANDS
+from kvd.commands.registry import ALIASES
 from kvd.connection import DISCARD, Client
+from kvd.notify import GENERIC, notify
 from kvd.persist.rdb import RdbError, RdbReader
 from kvd.store.keyspace import now_ms
 
@@ -89,6 +94,7 @@ ACK_SECONDS = 1.0
 LOAD_SLICE = 0.01  # seconds of loading between two turns of the event loop
 WIRE_HIGH = 4 << 20  # the handshake connection stops reading past this much unconsumed data
 EOF_MARK_LEN = 40  # RDB_EOF_MARK_SIZE
+_RUN_IN_MULTI = frozenset({"exec", "discard", "multi", "watch", "quit", "reset"})  # Client's: never queued
 LOG_LAG_MAX = 64 << 20  # the stream is read on while the log has less than this left to write
 _NO_HISTORY = "?"
 
@@ -235,6 +241,7 @@ class PrimaryClient(Client):
     def __init__(self, server: Server, link: ReplicaLink) -> None:
         super().__init__(server)
         self.link = link
+        self._queued_db: int | None = None  # the database a SELECT queued in the open MULTI leaves selected
         self.set_authenticated(True)
         self.reply.out = DISCARD  # as Redis's master client: nothing goes back but REPLCONF ACK
         self.reply.on_error = self._refused
@@ -280,6 +287,8 @@ class PrimaryClient(Client):
         return "master"
 
     def _execute(self, argv: list[Any]) -> Any:
+        if self._closed:
+            return None  # dropped for a full resynchronisation (``_resync``): nothing more of this stream applies
         link = self.link
         counted = not self.executing_transaction  # EXEC's queued commands were counted when they were queued
         if counted:
@@ -293,13 +302,126 @@ class PrimaryClient(Client):
             self.stats.net_input_bytes -= size
             self._running = size
         try:
-            result = super()._execute(argv)
+            result = None if self._passed_over(argv) else super()._execute(argv)
         finally:
             if counted:
                 self._running = 0
         if counted and self._multi is None:
             self._offset_at_multi = -1
+            self._queued_db = None
         return result
+
+    # -- databases: kvd has database 0 only -------------------------------------------------------------------
+    #
+    # A Redis primary's stream names its database with SELECT, and its commands apply to that one. The link keeps
+    # the primary's selected database (``ReplicaLink.db``, across a reconnection, as Redis's cached master
+    # keeps it); while it is not 0 the data commands are passed over (their bytes still count in the offset),
+    # FLUSHALL excepted. A command that moves data between database 0 and another (MOVE, SWAPDB, COPY ... DB)
+    # is applied where kvd can apply it (MOVE out of database 0 deletes the key), and where it cannot (data
+    # coming into database 0 from one kvd does not hold) the link drops and resynchronises fully (``_resync``):
+    # until the new snapshot is loaded the replica serves what its primary held before that command.
+
+    def _passed_over(self, argv: list[Any]) -> bool:
+        """Whether this command of the stream is handled here (applied, or passed over) instead of being run."""
+        name = argv[0]
+        cmd = ALIASES.get(name) if type(name) is bytes else None
+        if cmd is None:
+            cmd = COMMANDS.get(bytes(name).lower())
+        db = self.link.db
+        if self._multi is not None and (cmd is None or cmd.name not in _RUN_IN_MULTI):
+            # Queued, and judged when EXEC runs it; one kvd does not know cannot be queued, and goes now (quietly
+            # when it is for another database, as a SELECT already queued may say).
+            if cmd is not None and cmd.name == "select" and len(argv) == 2:
+                self._queued_db = _db_index(argv[1])
+            elif cmd is None:
+                return (self._queued_db if self._queued_db is not None else db) != 0
+            return False
+        if cmd is None:
+            return db != 0  # another type's command (LPUSH...) for another database: nothing of kvd's
+        special = _DATABASE_COMMANDS.get(cmd.name)
+        if special is not None:
+            return special(self, argv)
+        return db != 0 and cmd.is_write and cmd.name != "flushall"
+
+    def _select(self, argv: list[Any]) -> bool:
+        index = _db_index(argv[1]) if len(argv) == 2 else None
+        if index is None:
+            return False  # the SELECT command's own error, logged as any refused command of the primary
+        link = self.link
+        if index and not link.other_db_logged:
+            link.other_db_logged = True
+            log.info(
+                "the primary %s:%d writes to database %d too: kvd has database 0 only, and passes those writes over",
+                link.host,
+                link.port,
+                index,
+            )
+        link.db = index
+        return True
+
+    def _move(self, argv: list[Any]) -> bool:
+        target = _db_index(argv[2]) if len(argv) == 3 else None
+        db = self.link.db
+        if target is None or target == db:
+            return False  # MOVE's own error (the primary never sends one that failed)
+        if target == 0:
+            self._resync(f"MOVE of a key into database 0 from database {db}")
+        elif db == 0:
+            self._delete(bytes(argv[1]), (b"move_from", bytes(argv[1])))  # Redis's event in database 0
+        return True
+
+    def _swapdb(self, argv: list[Any]) -> bool:
+        first, second = (_db_index(argv[1]), _db_index(argv[2])) if len(argv) == 3 else (None, None)
+        if first is None or second is None:
+            return False
+        if first != second and 0 in (first, second):
+            self._resync(f"SWAPDB {first} {second}")
+        return True
+
+    def _copy(self, argv: list[Any]) -> bool:
+        db = self.link.db
+        target: int | None = db
+        for i in range(3, len(argv) - 1):
+            if bytes(argv[i]).lower() == b"db":
+                target = _db_index(argv[i + 1])
+        if target is None or len(argv) < 3:
+            return False
+        if target != 0:
+            return True  # nothing of database 0 changes (or nothing kvd holds)
+        if db != 0:
+            self._resync(f"COPY of a key into database 0 from database {db}")
+            return True
+        return False
+
+    def _rename(self, argv: list[Any]) -> bool:
+        return self.link.db != 0
+
+    def _delete(self, key: bytes, *events: tuple[bytes, bytes]) -> None:
+        """Delete ``key`` for the primary, with Redis's keyspace events for the command that deleted it."""
+        ks = self.keyspace
+        seg_log = ks.log
+        if seg_log is not None:
+            refused = seg_log.misconf()
+            if refused:
+                self.reply.error(refused)  # logged and counted (_refused), as the command itself would be
+                return
+            self._log_dirty = True
+        if ks.delete(key):
+            for event, name in events:
+                notify(ks, GENERIC, event, name)
+
+    def _resync(self, what: str) -> None:
+        """The stream changes database 0 in a way kvd cannot follow (its data comes from a database kvd does not
+        hold): drop the link and ask for a full resynchronisation. The rest of what was received is not run."""
+        link = self.link
+        log.warning(
+            "the primary %s:%d ran %s; kvd has database 0 only and cannot apply it: resynchronising fully",
+            link.host,
+            link.port,
+            what,
+        )
+        link.replid, link.offset, self._offset_at_multi = _NO_HISTORY, -1, -1
+        self.kill()
 
     def _refused(self, message: str) -> None:
         """An error reply to the primary, which nobody reads: counted as any, and logged (once a second at most),
@@ -343,6 +465,22 @@ class PrimaryClient(Client):
             self.transport.write(encode_command(b"REPLCONF", b"ACK", b"%d" % self.applied_offset()))
 
 
+_DATABASE_COMMANDS = {
+    "select": PrimaryClient._select,
+    "move": PrimaryClient._move,
+    "swapdb": PrimaryClient._swapdb,
+    "copy": PrimaryClient._copy,
+    "rename": PrimaryClient._rename,
+    "renamenx": PrimaryClient._rename,
+}
+
+
+def _db_index(raw: Any) -> int | None:
+    """A database index as a primary sends it (decimal, 0 to 2**31 - 1), else None."""
+    text = bytes(raw)
+    return int(text) if text.isdigit() and int(text) < 2**31 else None
+
+
 class ReplicaLink:
     """kvd following one primary: connects, synchronises, applies its stream, and reconnects when cut."""
 
@@ -353,6 +491,8 @@ class ReplicaLink:
         self.state = "connect"  # ROLE's words: connect, connecting, handshake, sync, connected
         self.replid = _NO_HISTORY  # the primary's history this replica follows, and how far (offset)
         self.offset = -1
+        self.db = 0  # the database the primary's stream has selected (its SELECT); kvd holds database 0 only
+        self.other_db_logged = False
         self.sync_total = -1  # bytes of the snapshot being transferred (-1: not announced, EOF-marked)
         self.sync_read = 0
         self.down_since: float | None = None  # when the link went down; None: never up since REPLICAOF
@@ -552,6 +692,7 @@ class ReplicaLink:
                 time.monotonic() - received,
             )
             self.replid, self.offset = _NO_HISTORY, -1  # the old data goes now: a failed load cannot be continued
+            self.db = 0  # the primary's stream after a snapshot starts with a SELECT where it needs one
             await self._load(path, checked)
         finally:
             with contextlib.suppress(OSError):

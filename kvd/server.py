@@ -185,12 +185,15 @@ class Server:
         """REPLICAOF host port: follow that primary from now on (the connection is made in the background).
         ``history``: the primary's replid and the offset the keyspace is at (a clean restart's, or this server's
         own stream when a FAILOVER hands the role to that replica: ``failover``), to continue."""
+        db = 0
         if self.link is not None:
             self.link.stop()
             history = (self.link.replid, self.link.offset)  # another primary of the same history may continue it
+            db = self.link.db
         self.link = ReplicaLink(self, host, port)
         if history is not None:
             self.link.replid, self.link.offset = history
+            self.link.db = db
         self.link.failover = failover
         self._set_replicaof(f"{host} {port}")
         self.link.start()
@@ -449,7 +452,9 @@ class Server:
         if self.failover is not None:
             self.failover.abort("the server is shutting down")  # the held writes run (or are refused) first
         link = self.link
-        resumable = link is not None and link.resumable()  # judged before stopping half-run commands
+        # Judged before stopping half-run commands. The primary's selected database is not saved: a stream that
+        # had another than 0 selected resynchronises fully after the restart (kvd/replica.py, "databases").
+        resumable = link is not None and link.resumable() and link.db == 0
         if link is not None:
             link.stop()  # the setting stays: a restart follows the same primary
             await link.wait_stopped()

@@ -736,3 +736,72 @@ def test_a_snapshot_with_keys_in_other_databases_loads_database_0(server, redis_
     assert r.mget("a", "b", "only1", "five") == [b"1", b"2", None, None]
     if server.kind == "kvd":
         assert "passed over, kvd has database 0 only: 3 in database 1, 1 in database 5" in server.stderr_text()
+
+
+def test_writes_to_other_databases_leave_database_0_alone(server, redis_server):
+    """A Redis primary's stream names the database of each write with SELECT: writes, a FLUSHDB and a transaction
+    in database 1 (its SELECT inside the MULTI too) change nothing in the replica's database 0, and the writes to
+    database 0 around them all arrive. (kvd, which has database 0 only, passes the others over, without errors.)"""
+    p = redis_server.client()
+    r = follow(server, redis_server)
+    errors = r.info("stats")["total_error_replies"]
+    p.mset({"k": "db0", "keep": "1"})
+    p1 = redis_server.client(db=1)
+    p1.set("k", "db1")
+    p1.set("only1", "x", ex=100)
+    p1.rpush("list1", "x")
+    p1.delete("keep")
+    with p1.pipeline(transaction=True) as tx:
+        tx.set("t1", "1").incr("t2").execute()
+    p1.flushdb()
+    with redis_server.raw() as raw:  # a transaction over both databases: SELECT 1 travels inside the MULTI
+        for command in (["MULTI"], ["SET", "both0", "a"], ["SELECT", "1"], ["SET", "both1", "b"], ["EXEC"]):
+            raw.command(*command)
+    p.set("after", "1")
+    same(p, r)
+    assert r.mget("k", "keep", "only1", "t1", "both0", "both1", "after") == [b"db0", b"1", None, None, b"a", None, b"1"]
+    assert r.info("stats")["total_error_replies"] == errors, r.info("errorstats")
+
+
+def test_move_and_swapdb_on_the_primary_reach_database_0(server, redis_server):
+    """MOVE out of database 0 takes the key from the replica; MOVE into it, and SWAPDB with it, bring data the
+    replica's database 0 must now hold (kvd, holding database 0 only, resynchronises fully for those)."""
+    p = redis_server.client()
+    p.config_set("repl-diskless-sync-delay", 0)
+    p.mset({"m": "1", "s": "1"})
+    r = follow(server, redis_server)
+    p1 = redis_server.client(db=1)
+    assert p.move("m", 1)
+    same(p, r)
+    assert r.get("m") is None and r.get("s") == b"1"
+    p1.set("from1", "x")
+    assert p1.move("from1", 0)
+    until(lambda: r.get("from1") == b"x", "the moved key to reach the replica")
+    same(p, r)
+    p1.set("one", "1")
+    p.swapdb(0, 1)
+    until(lambda: set(r.keys("*")) == {b"m", b"one"}, "the swapped database to reach the replica")
+    same(p, r)
+    p.set("later", "1")
+    same(p, r)
+
+
+@pytest.mark.kvd_only  # kvd's replica-link.id
+def test_a_clean_restart_with_another_database_selected_resynchronises(server_factory, redis_server):
+    """The primary's selected database is not saved with its offset: a replica stopped while the stream had
+    database 1 selected does not continue (the stream after it would apply to database 1), it resynchronises."""
+    replica = server_factory("--persistence", "yes", "--appendfsync", "everysec")
+    p = redis_server.client()
+    p.set("k", "v")
+    r = follow(replica, redis_server)
+    redis_server.client(db=1).set("in1", "x")
+    same(p, r)
+    full = p.info("stats")["sync_full"]
+    replica.stop()
+    assert not (replica.dir / "replica-link.id").exists()
+    redis_server.client(db=1).set("in1-later", "y")
+    replica.restart(["--replicaof", f"{redis_server.host} {redis_server.port}"])
+    r = replica.client()
+    wait_link(r, replica)
+    same(p, r)
+    assert r.get("in1-later") is None and p.info("stats")["sync_full"] == full + 1
