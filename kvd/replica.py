@@ -391,10 +391,28 @@ class PrimaryClient(Client):
         if db != 0:
             self._resync(f"COPY of a key into database 0 from database {db}")
             return True
-        return False
+        src, dst = bytes(argv[1]), bytes(argv[2])
+        return self._source_elsewhere(src, dst, (b"copy_to", dst))
 
     def _rename(self, argv: list[Any]) -> bool:
-        return self.link.db != 0
+        if self.link.db != 0:
+            return True
+        if len(argv) != 3:
+            return False
+        src, dst = bytes(argv[1]), bytes(argv[2])
+        return self._source_elsewhere(src, dst, (b"rename_from", src), (b"rename_to", dst))
+
+    def _source_elsewhere(self, src: bytes, dst: bytes, *events: tuple[bytes, bytes]) -> bool:
+        """RENAME or COPY into ``dst`` from a source kvd does not hold: on the primary it is a key of another type
+        (or one this replica dropped for memory), which ``dst`` now is too. kvd passes such keys over, so it
+        deletes ``dst``: a string left there would be one the primary no longer has. False (run the command as
+        sent) when kvd holds the source."""
+        ks = self.keyspace
+        if src == dst or ks.lookup(src) is not None:
+            return False
+        if ks.lookup(dst) is not None:
+            self._delete(dst, *events)
+        return True
 
     def _delete(self, key: bytes, *events: tuple[bytes, bytes]) -> None:
         """Delete ``key`` for the primary, with Redis's keyspace events for the command that deleted it."""

@@ -786,6 +786,25 @@ def test_move_and_swapdb_on_the_primary_reach_database_0(server, redis_server):
     same(p, r)
 
 
+@pytest.mark.kvd_only  # kvd passes keys of other types over; a Redis replica holds them
+def test_a_rename_or_copy_of_another_type_over_a_string_removes_it(server, redis_server):
+    """RENAME, RENAMENX and COPY REPLACE of a list onto a string key: the string is gone on the primary (the key is
+    a list now), so the replica, which holds strings only, must not keep it."""
+    p = redis_server.client()
+    r = follow(server, redis_server)
+    p.mset({"s1": "v", "s2": "v", "s3": "v", "keep": "v"})
+    p.rpush("l1", "x")
+    p.rpush("l2", "x")
+    p.rpush("l3", "x")
+    p.rename("l1", "s1")
+    p.copy("l2", "s2", replace=True)
+    p.delete("s3")
+    p.renamenx("l3", "s3")
+    p.set("mark", "1")
+    assert p.execute_command("WAIT", 1, 10_000) == 1
+    assert r.mget("s1", "s2", "s3", "keep", "mark") == [None, None, None, b"v", b"1"]
+
+
 @pytest.mark.kvd_only  # kvd's replica-link.id
 def test_a_clean_restart_with_another_database_selected_resynchronises(server_factory, redis_server):
     """The primary's selected database is not saved with its offset: a replica stopped while the stream had
