@@ -26,8 +26,8 @@ The link (``ReplicaLink``) is one task and at most one connection, in the steps 
                (``LoadProgress``). With persistence on each slice waits
                until the log has written it, so a large load runs at the disk's pace and never queues the
                dataset in memory. Keys of other types (a Redis primary's lists, hashes...) and of databases
-               other than 0 are passed over and counted in the log; keys whose deadline has passed are not
-               loaded.
+               other than 0 are passed over and counted in the log; keys whose deadline has passed are loaded
+               too, as a Redis replica loads them (below, "Deadlines").
     streaming  the connection becomes a client (``PrimaryClient``) whose commands run like any client's and
                whose replies are dropped, except REPLCONF GETACK, answered with ``REPLCONF ACK <offset>``; the
                offset also goes to the primary once a second, which is what its WAIT counts. Its batches do not
@@ -46,16 +46,25 @@ is flushed (``resumable``), and the next start takes it and asks to continue, so
 what it missed, as a Redis replica does from the replid its RDB file keeps; after a crash the file is not there
 and the replica resynchronises fully.
 
-What differs from a Redis replica: kvd holds database 0 only (a Redis primary's other databases are passed over, in
-the snapshot and in the stream; a MOVE, COPY or SWAPDB that brings another database's data into database 0 costs a
-full resynchronisation: ``PrimaryClient._passed_over``); kvd's own clock expires keys (deadlines are absolute, so
-it expires them when the primary does, give or take the clocks' skew; the primary's DEL that follows changes
-nothing), and the RAM tier's eviction applies (with persistence on it only moves values to disk; without it a
-replica over ``maxmemory`` drops keys the primary still has). Sub-replicas of a kvd replica follow the replica's
-own stream (its ``master_replid``), not the top primary's. When the replica is promoted (REPLICAOF NO ONE, its
-primary's FAILOVER) with the primary's stream applied to a known offset, its stream goes on numbered as the
-primary's, under a new replid with the primary's as the second (``ReplicationFeed.take_over_history``): the
-primary's other replicas continue from it without a snapshot, and its own sub-replicas resynchronise. With
+Deadlines, as on a Redis replica: the primary expires keys and sends DEL, the replica does not expire them by its
+own clock. A key past its deadline is absent to clients (GET, EXISTS, TTL, SCAN, KEYS...) but kept until the
+primary's DEL, and the primary's own commands still see it (``from_primary``; Redis's expireIfNeeded for its
+master client): a replica that applies the stream late (a busy replica, a slow link, a snapshot that loads for
+minutes) still takes the primary's PERSIST or later deadline for a key whose first deadline has passed on its
+own clock, where deleting the key itself would lose it for good. So the replica publishes no ``expired`` event
+for the primary's keys, only the ``del`` of its DEL. The background sweep deletes only keys whose deadline the
+replica's own clients set (a writable replica's, as Redis's ``expireSlaveKeys``); a writable replica's write to
+a key past its deadline overwrites it without deleting it first (Redis deletes it, with an ``expired`` event).
+
+What differs from a Redis replica: kvd holds database 0 only (a Redis primary's other databases are passed over,
+in the snapshot and in the stream; a MOVE, COPY or SWAPDB that brings another database's data into database 0
+costs a full resynchronisation: ``PrimaryClient._passed_over``), and the RAM tier's eviction applies (with
+persistence on it only moves values to disk; without it a replica over ``maxmemory`` drops keys the primary still
+has). Sub-replicas of a kvd replica follow the replica's own stream (its ``master_replid``), not the top
+primary's. When the replica is promoted (REPLICAOF NO ONE, its primary's FAILOVER) with the primary's stream
+applied to a known offset, its stream goes on numbered as the primary's, under a new replid with the primary's as
+the second (``ReplicationFeed.take_over_history``): the primary's other replicas continue from it without a
+snapshot, and its own sub-replicas resynchronise; from then on it expires keys by its own clock. With
 ``tls-replication`` the link is TLS, the primary verified with ``tls-ca-cert-file`` (``client_tls_context``).
 """
 
@@ -79,7 +88,7 @@ from kvd.commands.registry import ALIASES
 from kvd.connection import DISCARD, Client
 from kvd.notify import GENERIC, notify
 from kvd.persist.rdb import RdbError, RdbReader
-from kvd.store.keyspace import now_ms
+from kvd.store.keyspace import from_primary, now_ms
 
 if TYPE_CHECKING:
     from kvd.config import Settings
@@ -301,9 +310,13 @@ class PrimaryClient(Client):
             self.stats.net_repl_input_bytes += size
             self.stats.net_input_bytes -= size
             self._running = size
+        token = from_primary.set(True)  # the primary's commands see keys past their deadline (Keyspace.lookup)
         try:
             result = None if self._passed_over(argv) else super()._execute(argv)
+            if asyncio.iscoroutine(result):
+                result = asyncio.ensure_future(result)  # what runs after a disk read: the task copies the context
         finally:
+            from_primary.reset(token)
             if counted:
                 self._running = 0
         if counted and self._multi is None:
@@ -753,6 +766,7 @@ class ReplicaLink:
         keyspace = server.keyspace
         progress = LoadProgress(path.stat().st_size)
         server.set_loading(progress)
+        token = from_primary.set(True)  # this task's context: the keys are the primary's, deadlines included
         try:
             flushed = keyspace.flush()
             loaded = expired = 0
@@ -762,16 +776,16 @@ class ReplicaLink:
                 now = now_ms()
                 try:
                     for key, value, expire_at in reader:
-                        if expire_at and expire_at <= now:
+                        # A key past its deadline is loaded too, as a Redis replica loads it (rdbLoad drops them
+                        # only on a primary): the primary may have changed its deadline after the snapshot.
+                        if 0 < expire_at <= now:
                             expired += 1
-                            continue
                         keyspace.set(key, value, expire_at, room_checked=True)  # Redis replicas ignore maxmemory
                         loaded += 1
                         if time.monotonic() >= slice_end:
                             progress.loaded_bytes = f.tell()
                             await self._pace()
                             slice_end = time.monotonic() + LOAD_SLICE
-                            now = now_ms()
                 except (RdbError, OSError) as exc:  # it was read whole a moment ago: the file changed under kvd
                     raise LinkError(
                         f"the primary's snapshot cannot be loaded after {loaded} of {keys} keys: {exc}"
@@ -779,15 +793,16 @@ class ReplicaLink:
                 progress.loaded_bytes = progress.total_bytes
             await self._pace()
         finally:
+            from_primary.reset(token)
             server.set_loading(None)
         skipped = ", ".join(f"{n} {kind}" for kind, n in sorted(reader.skipped.items()))
         elsewhere = ", ".join(f"{n} in database {db}" for db, n in sorted(reader.other_databases.items()))
         log.info(
-            "loaded the primary's snapshot in %.2f s: %d keys (%d old keys flushed; %d expired%s%s)",
+            "loaded the primary's snapshot in %.2f s: %d keys, %d past their deadline (%d old keys flushed%s%s)",
             time.monotonic() - started,
             loaded,
-            flushed,
             expired,
+            flushed,
             f"; passed over, not strings: {skipped}" if skipped else "",
             f"; passed over, kvd has database 0 only: {elsewhere}" if elsewhere else "",
         )

@@ -15,8 +15,9 @@ What the stream carries. Not the commands clients sent but their effects, as the
 (``Keyspace.feed``): ``SET key value [PXAT ms]`` for every new value (an INCR, APPEND or SETBIT sends the whole
 new value; the KV-cache chunks kvd stores are written whole anyway), ``DEL`` for a key deleted, expired or
 evicted, ``PEXPIREAT`` or ``PERSIST`` for a deadline, ``FLUSHALL``. Deadlines are absolute, as Redis 7 propagates
-them, so a replica that applies a change late still expires the key when the primary does. Effects are idempotent:
-applying one the snapshot already holds changes nothing.
+them, so a replica that applies a change late still has the primary's deadline (a replica hides a key past it
+and deletes it when the primary's DEL comes). Effects are idempotent: applying one the snapshot already holds
+changes nothing.
 
 Atomicity. The effects of one event-loop step (one or more commands that ran without any I/O between them: an
 MSET, a RENAME, an EXEC, a pipeline read in one go) are sent as one ``MULTI``/``EXEC`` block at the start of the

@@ -233,6 +233,7 @@ class Server:
         s = self.settings
         replica = self.link is not None
         self.read_only = replica and s.replica_read_only
+        self.keyspace.set_replica(replica)  # deadlines are the primary's to enforce (kvd/store/keyspace.py)
         following = replica and s.replica_ignore_maxmemory
         if self.keyspace.following != following:
             self.keyspace.following = following

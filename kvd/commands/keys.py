@@ -452,8 +452,9 @@ def _expire(c: Client, argv: list[Any], name: str, unit_ms: int, absolute: bool)
     ):
         c.reply.integer(0)
         return
-    c.keyspace.set_expire(key, max(when, 1))  # a deadline already passed deletes the key
-    notify(c.keyspace, GENERIC, b"del" if when <= now_ms() else b"expire", key)
+    c.keyspace.set_expire(key, max(when, 1))  # a deadline already passed deletes the key (not on a replica)
+    deleted = when <= now_ms() and not c.keyspace.primary_expires
+    notify(c.keyspace, GENERIC, b"del" if deleted else b"expire", key)
     c.reply.integer(1)
 
 

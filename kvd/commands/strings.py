@@ -286,7 +286,7 @@ def getex(c: Client, argv: list[Any]) -> Any:
     expire_at = _expire_at(c, unit, raw, "getex") if unit else 0
     value = c.keyspace.value_of(key, entry)
     if unit or (persist and entry.expire_at):  # PERSIST of a key without a TTL changes (and logs) nothing
-        deleted = unit and expire_at <= now_ms()
+        deleted = unit and expire_at <= now_ms() and not c.keyspace.primary_expires
         c.keyspace.set_expire(key, expire_at)
         notify(c.keyspace, GENERIC, b"del" if deleted else b"expire" if unit else b"persist", key)
     return _reply_value(c, value)

@@ -22,7 +22,10 @@ policy once no key has a TTL, a write that does not fit gets ``-OOM`` instead: a
 room for what its request brings (``_charge``; a value that will live on disk only needs none), and no key is
 deleted for a write that is then refused.
 
-Expiry: lazy on every access plus a bounded background sweep (``expire_cycle``).
+Expiry: lazy on every access plus a bounded background sweep (``expire_cycle``). On a replica (``set_replica``)
+deadlines are the primary's to enforce, as on a Redis replica: a key past its deadline is hidden from clients but
+kept until the primary's DEL, and the primary's own commands (``from_primary``) still see it; the sweep deletes
+only keys whose deadline the replica's own clients set (a writable replica's, Redis's ``expireSlaveKeys``).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from kvd.notify import EVICTED, EXPIRED, KEY_MISS, NEW
@@ -84,6 +88,11 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+# Set while the code running applies a replica's primary's stream or snapshot (kvd/replica.py): on a replica it sees
+# keys past their deadline, which only the primary expires (Redis's expireIfNeeded for its master client).
+from_primary: ContextVar[bool] = ContextVar("from_primary", default=False)
+
+
 _move_to_end = LruList.move_to_end  # under LFU a read skips LfuOrder's save and restore of atime
 
 
@@ -127,6 +136,10 @@ class Keyspace:
         # A replica with replica-ignore-maxmemory (kvd/server.py): no key deleted for memory, no write refused;
         # its primary's deletes keep it in step (Redis's performEvictions returns at once on such a replica).
         self.following = False
+        # A replica (set_replica): keys past their deadline wait for the primary's DEL; the keys whose deadline
+        # the replica's own clients set (a writable replica) it expires itself.
+        self.primary_expires = False
+        self.local_deadlines: set[bytes] = set()
         self.eviction = Policy(policy)  # maxmemory-policy: which keys may go, and when writes are refused
         self.samples = maxmemory_samples
         self.scan = ScanIndex()
@@ -188,11 +201,14 @@ class Keyspace:
     # -- reading ---------------------------------------------------------------------------------------------
 
     def lookup(self, key: bytes, now: int | None = None) -> Entry | None:
-        """The live entry for ``key`` (expired keys are removed on the spot), without touching the LRU."""
+        """The live entry for ``key`` (expired keys are removed on the spot), without touching the LRU. On a
+        replica an expired key is absent without being removed, except to the primary's commands, which see it."""
         entry = self._entries.get(key)
         if entry is None:
             return None
         if entry.expire_at and entry.expire_at <= (now or now_ms()):
+            if self.primary_expires:
+                return entry if from_primary.get() else None
             self._remove(key, entry, log_delete=False)
             self.stats.expired_keys += 1
             if self.events is not None:
@@ -487,6 +503,8 @@ class Keyspace:
         if expire_at:
             self.expiry.live += 1
             self.expiry.schedule(key, expire_at, self._entries)
+            if self.primary_expires and not from_primary.get():
+                self.local_deadlines.add(key)
         if self.tracking is not None:
             self.tracking.invalidate(key)
         if self.feed is not None:
@@ -604,11 +622,15 @@ class Keyspace:
         return True
 
     def set_expire(self, key: bytes, expire_at: int) -> bool:
-        """Set (or with 0, remove) the deadline of an existing key. A past deadline deletes the key."""
+        """Set (or with 0, remove) the deadline of an existing key. A past deadline deletes the key, except on a
+        replica, where it is a deadline like another (Redis's checkAlreadyExpired is false on a replica)."""
         entry = self.lookup(key)
         if entry is None:
             return False
-        if expire_at and expire_at <= now_ms():
+        if self.primary_expires:
+            if expire_at and not from_primary.get():
+                self.local_deadlines.add(key)
+        elif expire_at and expire_at <= now_ms():
             self._remove(key, entry, log_delete=True)
             return True
         if self.watched:
@@ -646,6 +668,7 @@ class Keyspace:
         self.ram.clear()
         self.scan.clear()
         self.expiry.clear()
+        self.local_deadlines.clear()
         self.pool.clear()
         self._raw_cold.clear()
         return removed
@@ -658,8 +681,10 @@ class Keyspace:
         return next_cursor, [k for k in keys if self.lookup(k, now) is not None]
 
     def snapshot(self) -> Snapshot:
-        """Every live key as it is now, to be read out while the keyspace moves on (``kvd/store/snapshot.py``)."""
-        return snapshot.take(self._entries, self.log, now_ms())
+        """Every live key as it is now, to be read out while the keyspace moves on (``kvd/store/snapshot.py``). On
+        a replica, keys past their deadline too: they are its primary's until its DEL comes, which the
+        replica's own replicas then get too (a Redis replica's RDB file holds them as well)."""
+        return snapshot.take(self._entries, self.log, 0 if self.primary_expires else now_ms())
 
     def live_keys(self) -> list[bytes]:
         now = now_ms()
@@ -677,11 +702,21 @@ class Keyspace:
     # -- background ------------------------------------------------------------------------------------------
 
     def expire_cycle(self, limit: int = 2000) -> int:
-        """Delete up to ``limit`` keys whose deadline passed; returns how many were deleted."""
+        """Delete up to ``limit`` keys whose deadline passed; returns how many were deleted. On a replica only
+        keys whose deadline its own clients set are deleted; the others wait for the primary's DEL (their items
+        leave the heap, which ``set_replica`` rebuilds when the replica is a primary again)."""
         now = now_ms()
         done = 0
         for deadline, key in self.expiry.due(now, limit):
             entry = self._entries.get(key)
+            if self.primary_expires:
+                if key not in self.local_deadlines:
+                    continue
+                if entry is None or not entry.expire_at:
+                    self.local_deadlines.discard(key)
+                    continue
+                if entry.expire_at == deadline:
+                    self.local_deadlines.discard(key)
             if entry is not None and entry.expire_at == deadline:
                 self._remove(key, entry, log_delete=False)
                 self.stats.expired_keys += 1
@@ -689,6 +724,18 @@ class Keyspace:
                 if self.events is not None:
                     self.events.emit(EXPIRED, b"expired", key)
         return done
+
+    def set_replica(self, replica: bool) -> None:
+        """Following a primary (REPLICAOF host port) or not. A replica leaves deadlines to its primary, as a Redis
+        replica does: with the primary's stream applied late (a busy replica, a slow link), its own clock would
+        delete a key before the primary's PERSIST or later deadline arrives, and that key would be gone for
+        good. A primary again (REPLICAOF NO ONE), it expires every key past its deadline itself."""
+        if replica == self.primary_expires:
+            return
+        self.primary_expires = replica
+        if not replica:
+            self.local_deadlines.clear()
+            self.expiry.rebuild([(e.expire_at, key) for key, e in self._entries.items() if e.expire_at])
 
     # -- recovery --------------------------------------------------------------------------------------------
 

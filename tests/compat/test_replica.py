@@ -8,17 +8,22 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 import time
 
 import pytest
 import redis
 from support.primary import EMPTY_RDB, FakePrimary, encode, small_keys_rdb
+from support.raw import parse
 from support.server import ServerProcess
 from test_rdb_snapshot import fill
 
 # same: WAIT counts the replica, then it equals the primary
 from test_replication import every_kind_of_change, same, until
 from test_replication import follow as follow_primary
+
+from kvd.persist import rdb
+from kvd.persist.dump import crc64_update
 
 pytestmark = [pytest.mark.compat, pytest.mark.timeout(180)]
 
@@ -205,7 +210,7 @@ def test_keys_of_other_types_are_passed_over(server, redis_server):
     r = follow(server, redis_server)
     time.sleep(0.2)
     assert set(r.keys("*")) == {b"s"}
-    assert "passed over, not strings: 1 hash, 1 list" in server.stderr_text()
+    assert "passed over, not strings: 1 hash, 1 list" in " ".join(server.stderr_text().split())
     p.set("s2", "v2")
     p.rpush("list", "c")  # kvd refuses it, says so, and goes on with the stream
     p.set("s3", "v3")
@@ -735,7 +740,8 @@ def test_a_snapshot_with_keys_in_other_databases_loads_database_0(server, redis_
     same(p, r)
     assert r.mget("a", "b", "only1", "five") == [b"1", b"2", None, None]
     if server.kind == "kvd":
-        assert "passed over, kvd has database 0 only: 3 in database 1, 1 in database 5" in server.stderr_text()
+        logged = " ".join(server.stderr_text().split())  # the log's lines are wrapped
+        assert "passed over, kvd has database 0 only: 3 in database 1, 1 in database 5" in logged
 
 
 def test_writes_to_other_databases_leave_database_0_alone(server, redis_server):
@@ -824,3 +830,79 @@ def test_a_clean_restart_with_another_database_selected_resynchronises(server_fa
     wait_link(r, replica)
     same(p, r)
     assert r.get("in1-later") is None and p.info("stats")["sync_full"] == full + 1
+
+
+def test_a_lagging_replica_keeps_a_key_its_primary_made_persistent_in_time(server_factory, redis_server):
+    """The replica is busy for 0.6 s while the primary writes two keys with a 200 ms deadline and, 100 ms later,
+    makes one persistent and gives the other a later deadline. When the replica applies the stream both deadlines
+    have passed by its clock, yet it must end as the primary: the primary's commands see keys past their deadline
+    on a replica, which only the primary expires (a replica that expired them itself lost both keys for good)."""
+    replica = server_factory(enable_debug_command="yes")
+    p = redis_server.client()
+    r = follow(replica, redis_server)
+    busy = threading.Thread(target=lambda: replica.client().execute_command("DEBUG", "SLEEP", "0.6"))
+    busy.start()
+    time.sleep(0.05)
+    p.set("k", "v", px=200)
+    p.set("j", "v", px=200)
+    time.sleep(0.1)
+    p.persist("k")
+    p.pexpire("j", 100_000)
+    busy.join()
+    same(p, r)
+    assert r.get("k") == b"v" and r.ttl("k") == -1 and r.get("j") == b"v" and r.ttl("j") > 90
+
+
+def _rdb_with(entries: list[tuple[bytes, bytes, int]]) -> bytes:
+    body = rdb.preamble(len(entries), sum(1 for e in entries if e[2]), [])
+    for key, value, expire_at in entries:
+        body += rdb.key_header(key, len(value), expire_at) + value
+    body += rdb.EOF
+    return body + rdb.trailer(crc64_update(body, 0))
+
+
+def test_keys_past_their_deadline_wait_for_the_primary_s_del(server):
+    """As a Redis replica: a key past its deadline (loaded with the snapshot, or written by the stream) is absent
+    to clients but kept, without an ``expired`` event, until the primary's DEL (a ``del`` event) or a PERSIST; a
+    writable replica expires the keys its own clients gave a deadline; promoted, it expires every key itself."""
+    r = server.client()
+    r.config_set("notify-keyspace-events", "KEA")
+    now = int(time.time() * 1000)
+    snapshot = _rdb_with([(b"old", b"v", now - 10_000), (b"live", b"v", 0)])
+    fake = FakePrimary(b"$%d\r\n" % len(snapshot) + snapshot, hold=60)
+    sub = server.raw()
+    try:
+        sub.send_command("PSUBSCRIBE", "__keyevent@0__:*")
+        sub.read_reply()
+        r.replicaof(fake.host, fake.port)
+        wait_link(r, server, timeout=10)
+        assert (r.get("old"), r.exists("old"), r.ttl("old"), r.keys("*"), r.dbsize()) == (None, 0, -2, [b"live"], 2)
+        fake.send(["PERSIST", "old"])  # the primary's stream, applied after the deadline it removes
+        until(lambda: r.get("old") == b"v", "PERSIST to reach a key past its deadline")
+        assert r.ttl("old") == -1
+        fake.send(["SET", "e", "v", "PXAT", int(time.time() * 1000) + 150])
+        time.sleep(0.5)
+        assert (r.get("e"), r.exists("e"), r.dbsize()) == (None, 0, 3)
+        r.config_set("replica-read-only", "no")
+        r.set("mine", "1", px=100)  # a deadline the replica's own client set: the replica expires it
+        until(lambda: r.dbsize() == 3 and r.get("e") is None, "the writable replica to expire its own key")
+        fake.send(["DEL", "e"])
+        until(lambda: r.dbsize() == 2, "the primary's DEL")
+        fake.send(["SET", "f", "v", "PXAT", int(time.time() * 1000) + 100])
+        until(lambda: r.dbsize() == 3, "the last key")
+        time.sleep(0.3)
+        assert r.dbsize() == 3
+        r.replicaof("NO", "ONE")  # a primary now: it expires by its own clock
+        until(lambda: r.dbsize() == 2, "the promoted replica to expire the key past its deadline")
+        r.publish("__keyevent@0__:~mark", "-")
+        events = []
+        while (message := parse(sub.read_reply()))[2] != b"__keyevent@0__:~mark":
+            events.append((message[2].removeprefix(b"__keyevent@0__:").decode(), message[3].decode()))
+        assert ("expired", "e") not in events and ("del", "e") in events, events
+        assert ("expired", "mine") in events and ("expired", "f") in events, events
+        assert events.index(("expired", "mine")) < events.index(("del", "e")) < events.index(("expired", "f"))
+    finally:
+        sub.close()
+        r.replicaof("NO", "ONE")
+        r.config_set("replica-read-only", "yes")
+        fake.close()
