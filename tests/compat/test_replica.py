@@ -6,10 +6,12 @@ The tests without ``kvd_only`` pass with redis-server as the replica too (``KVD_
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import threading
 import time
+from collections.abc import Iterator
 
 import pytest
 import redis
@@ -642,16 +644,27 @@ def test_the_idle_timeout_spares_the_link_to_a_primary_and_a_replica(server):
         assert data.startswith(b"+PONG") and idle.recv(4096) == b""  # the ordinary idle client was closed
 
 
+@contextlib.contextmanager
+def linked_to_fake_primary(server: ServerProcess, offset: int) -> Iterator[tuple[redis.Redis, FakePrimary]]:
+    """The server as the replica of a FakePrimary whose empty snapshot ends at ``offset``: linked, and that
+    offset acknowledged. Yields a client of the server and the primary; leaves the server a primary again."""
+    r = server.client()
+    fake = FakePrimary(b"$%d\r\n" % len(EMPTY_RDB) + EMPTY_RDB, hold=60, offset=offset)
+    try:
+        r.replicaof(fake.host, fake.port)
+        wait_link(r, server, timeout=10)
+        fake.wait_ack(offset)
+        yield r, fake
+    finally:
+        r.replicaof("NO", "ONE")
+        fake.close()
+
+
 def test_an_open_transaction_is_not_acknowledged_nor_taken_over(server):
     """A MULTI whose EXEC has not come has not reached the keyspace: the replica's ACKs and INFO leave it out (its
     offset stays before the MULTI, as a Redis replica's reploff), and REPLICAOF NO ONE, which drops it, continues
     the primary's history from before it."""
-    r = server.client()
-    fake = FakePrimary(b"$%d\r\n" % len(EMPTY_RDB) + EMPTY_RDB, hold=60, offset=1000)
-    try:
-        r.replicaof(fake.host, fake.port)
-        wait_link(r, server, timeout=10)
-        fake.wait_ack(1000)
+    with linked_to_fake_primary(server, offset=1000) as (r, fake):
         fake.send(["SET", "before", "1"])
         done = 1000 + len(encode("SET", "before", "1"))
         fake.wait_ack(done)
@@ -671,29 +684,18 @@ def test_an_open_transaction_is_not_acknowledged_nor_taken_over(server):
         assert (info["master_replid2"], info["second_repl_offset"]) == ("f" * 40, whole + 1)
         assert info["master_repl_offset"] == whole
         assert r.get("cut") is None
-    finally:
-        r.replicaof("NO", "ONE")
-        fake.close()
 
 
 def test_replconf_getack_is_answered_with_the_offset_before_it(server):
     """Redis's replica answers REPLCONF GETACK with its offset before the GETACK's own 37 bytes, which count from
     the next ACK on: two GETACKs after a write are answered with the write's offset, then that plus 37."""
-    r = server.client()
-    fake = FakePrimary(b"$%d\r\n" % len(EMPTY_RDB) + EMPTY_RDB, hold=60, offset=500)
-    try:
-        r.replicaof(fake.host, fake.port)
-        wait_link(r, server, timeout=10)
-        fake.wait_ack(500)
+    with linked_to_fake_primary(server, offset=500) as (_, fake):
         getack = ["REPLCONF", "GETACK", "*"]
         fake.send(["SET", "k", "v"], getack, getack)
         written = 500 + len(encode("SET", "k", "v"))
         fake.wait_ack(written + len(encode(*getack)))
         assert written in fake.acks() and len(encode(*getack)) == 37
         fake.wait_ack(written + 2 * 37, timeout=5)  # the next ACK counts both
-    finally:
-        r.replicaof("NO", "ONE")
-        fake.close()
 
 
 def test_a_cut_link_is_connected_again_at_once(server, redis_server):
