@@ -582,7 +582,8 @@ class Client(asyncio.BufferedProtocol):
         if not outer:
             return result
         if result is None:
-            self._caching_used(cmd.name)
+            if self.tracking is not None:
+                self._caching_used(cmd.name)
             self._deliver_invalidations()
             return None
         return self._deliver_after(result, cmd.name)
