@@ -1321,5 +1321,5 @@ def _set_keepalive(sock: socket.socket, interval: int) -> None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, interval)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, max(interval // 3, 1))
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3)
-    except (OSError, TypeError, OverflowError):
+    except OSError:
         pass  # (Linux takes TCP_KEEPIDLE up to 32767 s): the connection works without, as Redis's anetKeepAlive
