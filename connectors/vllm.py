@@ -766,13 +766,7 @@ class KvdConnector(KVConnectorBase_V1):
                 self._load_buffers.close()
                 self._load_buffers = self._new_load_buffers(True, "loads")
             self._load_buffers.trim()
-            failures = self._client.failures
-            values = self._client.get_many(
-                [self._k(op.key) for _, op in ops], self._value_bytes, into=self._load_buffers
-            )
-            self._load_buffers_named = (
-                isinstance(self._load_buffers, SharedBuffers) and self._client.failures != failures
-            )
+            values, self._load_buffers_named = self._receive([self._k(op.key) for _, op in ops], self._load_buffers)
             tally = self._land(kv, ops, values, self._load_buffers)
             self._failed_loads = tally.failed_reqs
         finally:
@@ -805,9 +799,15 @@ class KvdConnector(KVConnectorBase_V1):
         except IndexError:
             buffers = self._new_load_buffers(isinstance(self._load_buffers, SharedBuffers), "async loads")
         buffers.trim()
+        values, named = self._receive(keys, buffers)
+        return values, buffers, not named
+
+    def _receive(self, keys: list[str], buffers: LoadBuffers | SharedBuffers) -> tuple[list[Any], bool]:
+        """The values of ``keys`` in ``buffers``, and whether kvd may still write into those: shared buffers that a
+        KVD.GETINTO which failed on the network named (kvd carries it out when it reads it)."""
         failures = self._client.failures
         values = self._client.get_many(keys, self._value_bytes, into=buffers)
-        return values, buffers, not (isinstance(buffers, SharedBuffers) and self._client.failures != failures)
+        return values, isinstance(buffers, SharedBuffers) and self._client.failures != failures
 
     def _new_load_buffers(self, shared: bool, what: str) -> LoadBuffers | SharedBuffers:
         """Buffers that loads are received into and kept from one to the next (``load_buffer_mb``): where
