@@ -83,6 +83,9 @@ class SharedBuffers:
     or past the slots ``/dev/shm`` had room for, goes into a buffer of its own from ``allocate(size)``, which
     returns ``(backing, writable byte view)`` as for ``LoadBuffers`` (the connector: a host tensor, so that
     ``backing`` is of one kind either way); by default a bytearray.
+
+    ``count`` is the number of slots allocated up front, ``keep_bytes`` worth by default: buffers made for one
+    load pass the number of its values, so that a load takes what it needs, not a whole ``keep_bytes``.
     """
 
     def __init__(
@@ -91,6 +94,7 @@ class SharedBuffers:
         keep_bytes: int = 256 * 2**20,
         wrap: Callable[[mmap.mmap], Any] | None = None,
         allocate: Callable[[int], tuple[Any, memoryview]] | None = None,
+        count: int | None = None,
     ) -> None:
         if slot < 1:
             raise ValueError("slot must be at least one byte")
@@ -109,7 +113,7 @@ class SharedBuffers:
         self._view: memoryview | None = None
         self._overflow: dict[int, tuple[Any, memoryview]] = {}
         try:
-            self._resize(max(1, keep_bytes // self.slot))
+            self._resize(max(1, keep_bytes // self.slot if count is None else count))
         except OSError:
             self.close()  # no room in /dev/shm: the caller loads through the socket instead
             raise

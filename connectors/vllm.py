@@ -797,7 +797,7 @@ class KvdConnector(KVConnectorBase_V1):
         try:
             buffers = self._spare_fetch_buffers.pop()
         except IndexError:
-            buffers = self._new_load_buffers(isinstance(self._load_buffers, SharedBuffers), "async loads")
+            buffers = self._new_load_buffers(isinstance(self._load_buffers, SharedBuffers), "async loads", len(keys))
         buffers.trim()
         values, named = self._receive(keys, buffers)
         return values, buffers, not named
@@ -809,16 +809,22 @@ class KvdConnector(KVConnectorBase_V1):
         values = self._client.get_many(keys, self._value_bytes, into=buffers)
         return values, isinstance(buffers, SharedBuffers) and self._client.failures != failures
 
-    def _new_load_buffers(self, shared: bool, what: str) -> LoadBuffers | SharedBuffers:
+    def _new_load_buffers(self, shared: bool, what: str, count: int | None = None) -> LoadBuffers | SharedBuffers:
         """Buffers that loads are received into and kept from one to the next (``load_buffer_mb``): where
         ``shared``, a shared-memory file that kvd fills itself, else host memory (pinned on CUDA); without room in
-        /dev/shm, a warning naming ``what`` and the host memory."""
+        /dev/shm, a warning naming ``what`` and the host memory. ``count``: the values of the one load they are
+        made for, which is what a shared file allocates at first (an async fetch's: several may be in flight),
+        instead of ``load_buffer_mb``; host buffers are allocated as values arrive either way."""
         keep = self._s.load_buffer_bytes
         if shared:
             assert self._kv is not None
             try:  # a slot of value + CRLF: an MGET fallback receives each value with its line end
                 return SharedBuffers(
-                    self._value_bytes + 2, keep_bytes=keep, wrap=self._kv.host_view, allocate=self._load_buffer
+                    self._value_bytes + 2,
+                    keep_bytes=keep,
+                    wrap=self._kv.host_view,
+                    allocate=self._load_buffer,
+                    count=count,
                 )
             except OSError as exc:
                 logger.warning("kvd: no shared load buffers (%s); %s come through the socket", exc, what)

@@ -56,6 +56,28 @@ def test_values_land_in_shared_memory(kv_server: Server, kv_url: str) -> None:
     assert not os.path.exists(path)
 
 
+def test_buffers_for_one_load_allocate_its_values_only(kv_url: str) -> None:
+    """An async fetch's buffers (``count``): the file holds that load's slots, not ``keep_bytes`` of them, and grows
+    for a longer load like any other; several fetches in flight each take what they need."""
+    client = KvdClient(ClientConfig(url=kv_url, timeout_ms=20_000))
+    values = [os.urandom(5000) for _ in range(5)]
+    keys = [f"one-load:{i}" for i in range(len(values))]
+    assert client.put_many(list(zip(keys, values, strict=True)), skip_existing=False)[0] == len(values)
+    buffers = SharedBuffers(5002, keep_bytes=64 << 20, count=3)
+    try:
+        path = os.path.join(SHM_DIR, buffers.name)
+        assert buffers.capacity == 3
+        assert os.stat(path).st_size == 3 * buffers.slot  # 24 KiB, where keep_bytes alone would take 64 MiB
+        got = client.get_many(keys, 5000, into=buffers)
+        assert [bytes(v) for v in got] == values
+        assert buffers.capacity == 5 and os.stat(path).st_size == 5 * buffers.slot
+        buffers.trim()  # under keep_bytes: kept as it is for the next load
+        assert buffers.capacity == 5
+    finally:
+        buffers.close()
+        client.close()
+
+
 def test_a_value_longer_than_its_slot_is_a_miss(kv_url: str) -> None:
     client = KvdClient(ClientConfig(url=kv_url, timeout_ms=20_000))
     client.put_many([("shm:long", b"x" * 5000), ("shm:fits", b"y" * 100)], skip_existing=False)
