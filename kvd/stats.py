@@ -426,8 +426,8 @@ def _stats(s: Server) -> list[tuple[str, object]]:
     """Redis 7.0's fields in its order. The expiry sweep is exact (a heap of deadlines, kvd/store/expiry.py), so
     keys stay past their deadline only when a sweep stops at its limit: ``expired_time_cap_reached_count`` counts
     those sweeps and ``expired_stale_perc`` estimates, after the last one, the share of keys with a TTL that are
-    past it. What kvd does not do (defragmentation, MIGRATE, resizing reply buffers, evicting over the limit for a
-    while: eviction is synchronous) is 0."""
+    past it. What kvd does not do (defragmentation, resizing reply buffers, evicting over the limit for a while:
+    eviction is synchronous) is 0."""
     st = s.stats
     ks = s.keyspace.stats
     ops, kbps_in, kbps_out, kbps_repl_in, kbps_repl_out = st.ops_per_sec.current()
@@ -462,7 +462,7 @@ def _stats(s: Server) -> list[tuple[str, object]]:
         ("pubsubshard_channels", s.pubsub.count("shard")),  # Redis 7.0 and 7.2 spell it so
         ("latest_fork_usec", 0),  # kvd never forks: a snapshot is a pass over the keys (kvd/store/snapshot.py)
         ("total_forks", 0),
-        ("migrate_cached_sockets", 0),
+        ("migrate_cached_sockets", len(s.migrate_links)),  # MIGRATE's connections, cached for 10 s
         ("slave_expires_tracked_keys", 0),
         ("active_defrag_hits", 0),
         ("active_defrag_misses", 0),

@@ -182,6 +182,19 @@ def test_a_cached_connection_the_target_closed_is_opened_again(server, target):
     assert dst.get("second") == b"2"
 
 
+def test_info_counts_the_cached_connections(server, target, server_factory):
+    """INFO stats ``migrate_cached_sockets``: one per target MIGRATE reached (kvd showed 0 whatever it held)."""
+    src = server.client()
+    assert src.info("stats")["migrate_cached_sockets"] == 0
+    src.mset({"a": "1", "b": "2", "c": "3"})
+    assert migrate(src, target, "a", 0, 1000) == b"OK"
+    assert migrate(src, target, "b", 0, 1000) == b"OK"  # the same connection
+    assert src.info("stats")["migrate_cached_sockets"] == 1
+    other = server_factory()
+    assert migrate(src, other, "c", 0, 1000) == b"OK"
+    assert src.info("stats")["migrate_cached_sockets"] == 2
+
+
 def test_arguments_are_checked_first(server, target):
     src = server.client()
     src.set("k", "v")
