@@ -175,6 +175,7 @@ class Client(asyncio.BufferedProtocol):
         self.executing_transaction = False  # EXEC is running the queue (MONITOR refuses to start then)
         self.monitoring = False  # sent MONITOR: sees every command, may not touch the keyspace
         self.blocked: asyncio.Future[bool] | None = None  # what a blocked WAIT / WAITAOF waits on (``block``)
+        self.blocked_until = False  # that wait has a timeout (INFO's clients_in_timeout_table)
         self.subscriptions: Subscriptions | None = None  # channels and patterns, once it subscribes (pubsub.py)
         self._pubsub_resp2 = False  # subscribed with RESP2: only the commands Redis allows there (_execute_pubsub)
         self.unblock_error: str | None = None
@@ -958,12 +959,13 @@ class Client(asyncio.BufferedProtocol):
 
     def _flags(self) -> str:
         """CLIENT LIST's flags in Redis's order: O a monitor or S a replica, M the primary, P subscribed, x in MULTI,
-        t tracking (R its redirection broken, B broadcasting), U the unix socket, e no-evict, T no-touch; N for
-        none."""
+        b blocked, t tracking (R its redirection broken, B broadcasting), U the unix socket, e no-evict, T no-touch;
+        N for none."""
         flags = "O" if self.monitoring else "S" if self.replica is not None else ""
         flags += "M" if self.link is not None else ""
         flags += "P" if self.subscriptions and self.subscriptions.total() else ""
         flags += "x" if self._multi is not None else ""
+        flags += "b" if self.is_blocked else ""
         mode = self.tracking
         if mode is not None:
             flags += "t" + ("R" if mode.broken else "") + ("B" if mode.bcast else "")
@@ -1101,7 +1103,7 @@ class Client(asyncio.BufferedProtocol):
         completed; False on timeout, CLIENT UNBLOCK, disconnect or shutdown (then ``unblock_error`` says which
         error, if any, to answer). ``done`` itself is left alone: others may share it (a save)."""
         waiter: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self.blocked, self.unblock_error = waiter, None
+        self.blocked, self.blocked_until, self.unblock_error = waiter, timeout_ms > 0, None
         if done is not None:
             done.add_done_callback(lambda _: None if waiter.done() else waiter.set_result(True))
         try:
@@ -1123,6 +1125,12 @@ class Client(asyncio.BufferedProtocol):
     @property
     def busy(self) -> bool:
         return self._busy
+
+    @property
+    def is_blocked(self) -> bool:
+        """Blocked as Redis counts it (INFO's blocked_clients, CLIENT LIST's flag b): in a WAIT or WAITAOF, or with
+        a command held by CLIENT PAUSE."""
+        return self.blocked is not None or (self._held and not self._write_paused and bool(self._queue))
 
     def times_out(self) -> bool:
         """Whether ``timeout`` may close this client once it is idle: not the link to a primary, a replica, a

@@ -271,8 +271,9 @@ def _server(s: Server) -> list[tuple[str, object]]:
 
 def _clients(s: Server) -> list[tuple[str, object]]:
     """Redis 7.0's fields in its order. The largest input and output buffers are now's (Redis keeps the largest
-    of the last few seconds); kvd blocks no client as Redis's BLPOP does (WAIT and a disk read suspend only their
-    own connection: ``clients_waiting_on_disk``), so ``blocked_clients`` and the timeout table are 0."""
+    of the last few seconds). ``blocked_clients`` counts what Redis blocks: clients in WAIT or WAITAOF and clients
+    whose command CLIENT PAUSE holds; ``clients_in_timeout_table`` those of the first with a timeout. A client
+    that waits for a disk read is kvd's own: ``clients_waiting_on_disk``."""
     clients = s.clients.values()
     return [
         ("connected_clients", len(s.clients)),
@@ -280,9 +281,9 @@ def _clients(s: Server) -> list[tuple[str, object]]:
         ("maxclients", s.settings.maxclients),
         ("client_recent_max_input_buffer", max((c.input_bytes() for c in clients), default=0)),
         ("client_recent_max_output_buffer", max((c.output_bytes() for c in clients), default=0)),
-        ("blocked_clients", 0),
+        ("blocked_clients", sum(1 for c in clients if c.is_blocked)),
         ("tracking_clients", s.tracking.tracking_clients if s.tracking is not None else 0),
-        ("clients_in_timeout_table", 0),
+        ("clients_in_timeout_table", sum(1 for c in clients if c.blocked is not None and c.blocked_until)),
         ("clients_waiting_on_disk", sum(1 for c in clients if c.busy)),
     ]
 

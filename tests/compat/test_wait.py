@@ -37,6 +37,49 @@ def test_wait_counts_no_replicas_and_blocks_only_its_client(server):
         assert c.command("WAIT", "0", "x") == b"-ERR timeout is not an integer or out of range\r\n"
 
 
+def clients_info(c) -> dict[str, str]:
+    text = parse(c.command("INFO", "clients")).decode()
+    return dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+
+
+def flags_of(admin, client_id: int) -> str:
+    line = parse(admin.command("CLIENT", "LIST", "ID", str(client_id))).decode()
+    return dict(field.split("=", 1) for field in line.split())["flags"]
+
+
+def until(check, what: str) -> None:
+    deadline = time.monotonic() + 5
+    while not check():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.01)
+
+
+def test_blocked_clients_are_counted_as_redis_counts_them(server):
+    """INFO clients ``blocked_clients`` and ``clients_in_timeout_table``, and CLIENT LIST's flag ``b``: a WAIT
+    with a timeout, one without, and a write CLIENT PAUSE holds (kvd showed 0, 0 and no flag)."""
+    with server.raw() as timed, server.raw() as untimed, server.raw() as writer, server.raw() as admin:
+        ids = [parse(c.command("CLIENT", "ID")) for c in (timed, untimed, writer)]
+        assert (clients_info(admin)["blocked_clients"], clients_info(admin)["clients_in_timeout_table"]) == ("0", "0")
+        timed.send_command("WAIT", "1", "30000")
+        untimed.send_command("WAIT", "1", "0")
+        until(lambda: clients_info(admin)["blocked_clients"] == "2", "two WAITs blocked")
+        assert clients_info(admin)["clients_in_timeout_table"] == "1"
+        assert [("b" in flags_of(admin, i)) for i in ids] == [True, True, False]
+        assert admin.command("CLIENT", "PAUSE", "30000", "WRITE") == b"+OK\r\n"
+        writer.send_command("SET", "k", "v")
+        until(lambda: clients_info(admin)["blocked_clients"] == "3", "the held SET counted")
+        assert clients_info(admin)["clients_in_timeout_table"] == "1"
+        assert "b" in flags_of(admin, ids[2])
+        assert admin.command("CLIENT", "UNPAUSE") == b"+OK\r\n"
+        assert writer.read_reply() == b"+OK\r\n"
+        for i in ids[:2]:
+            assert admin.command("CLIENT", "UNBLOCK", str(i)) == b":1\r\n"
+        assert timed.read_reply() == untimed.read_reply() == b":0\r\n"
+        info = clients_info(admin)
+        assert (info["blocked_clients"], info["clients_in_timeout_table"]) == ("0", "0")
+        assert [("b" in flags_of(admin, i)) for i in ids] == [False, False, False]
+
+
 @pytest.mark.parametrize(
     ("how", "reply"),
     [([], b":0\r\n"), (["TIMEOUT"], b":0\r\n"), (["ERROR"], b"-UNBLOCKED client unblocked via CLIENT UNBLOCK\r\n")],
