@@ -136,11 +136,11 @@ ensure_redis_tools() {
 
 ensure_c_toolchain() {
     # ensure_c_toolchain PYTHON: a C compiler, PYTHON's headers and the headers kvd/persist/_records.c includes
-    # (xxhash.h, zlib.h), so pip builds kvd/_buffers.c, kvd/protocol/_receive.c, kvd/protocol/_multibulk.c and
-    # kvd/persist/_records.c. Best effort: kvd works without them, through ctypes and Python, but every large SET,
-    # every small request and every persisted small write costs more (kvd/buffers.py, kvd/protocol/receive.py,
-    # kvd/protocol/parser.py, kvd/persist/writer.py), and
-    # tests/unit/test_buffers.py fails where the set-up did not build them.
+    # (xxhash.h, zlib.h), so pip builds the C extensions setup.py declares. Best effort: kvd works without them,
+    # through ctypes and Python, but every large SET, every small request and every persisted small write costs
+    # more (kvd/buffers.py, kvd/protocol/receive.py, kvd/protocol/parser.py, kvd/persist/writer.py), and so do
+    # DUMP/RESTORE and the bitmap, LCS and HyperLogLog commands; tests/unit/test_buffers.py fails where the set-up
+    # did not build the first four.
     local py="$1" headers
     if ! command -v cc >/dev/null 2>&1; then
         (ensure_apt gcc libc6-dev) || note "no C compiler: kvd's C extensions are not built (kvd uses ctypes and Python, slower)"
@@ -170,7 +170,8 @@ can_build_extension() {
 
 buildable_extensions() {
     # The C extensions pip can build here (a compiler and the Python headers assumed), as one import list.
-    local mods="kvd._buffers, kvd.protocol._receive, kvd.protocol._multibulk, kvd.persist._dump, kvd.commands._bitops, kvd.commands._lcs"
+    local mods="kvd._buffers, kvd.protocol._receive, kvd.protocol._multibulk, kvd.persist._dump, kvd.commands._bitops"
+    mods="$mods, kvd.commands._lcs, kvd.commands._hll"
     [ -f /usr/include/xxhash.h ] && [ -f /usr/include/zlib.h ] && mods="$mods, kvd.persist._records"
     echo "$mods"
 }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -84,3 +85,15 @@ def test_a_venv_made_from_another_interpreter_is_noticed(tmp_path):
     other.chmod(0o755)
     assert _setup(f"venv_made_from {venv} {other}").returncode == 1
     assert _setup(f"venv_made_from {tmp_path / 'missing'} {sys.executable}").returncode == 1
+
+
+def test_every_extension_setup_py_declares_is_checked_for():
+    """ensure_venv reinstalls kvd when an extension that can be built is missing: ``buildable_extensions`` must
+    name every one setup.py declares (kvd.commands._hll was left out, so a missing build of it went unnoticed)."""
+    declared = set(re.findall(r'Extension\(\s*"([\w.]+)"', (REPO / "setup.py").read_text()))
+    assert len(declared) >= 8
+    listed = _setup("buildable_extensions")
+    assert listed.returncode == 0, listed.stderr
+    names = {name.strip() for name in listed.stdout.strip().split(",")}
+    headers = Path("/usr/include/xxhash.h").exists() and Path("/usr/include/zlib.h").exists()
+    assert names == (declared if headers else declared - {"kvd.persist._records"})
