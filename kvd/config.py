@@ -442,7 +442,7 @@ class Settings:
     enable_debug_command: str = _key(
         "choice",
         "no",
-        "no | yes | local: who may run DEBUG (local = loopback and unix-socket clients), as redis.conf; "
+        "no | yes | local: who may run DEBUG (local = clients from 127.0.0.1, ::1 or the unix socket), as redis.conf; "
         "DEBUG SEGFAULT and PANIC stop the server",
         "Diagnostics",
         choices=("no", "yes", "local"),
@@ -471,7 +471,7 @@ RUNTIME_KEYS: frozenset[str] = frozenset(spec.name for spec in SPECS if spec.run
 # Redis's names for what kvd configures otherwise, so that a Redis user's ``--appendonly no`` or a tool's
 # ``CONFIG SET save ""`` works as it means. A synonym is the kvd key itself (a start-up key stays one: CONFIG SET
 # takes only its current value). A fixed name is something kvd does not have (scheduled RDB snapshots: every
-# write is in the log, and BGSAVE writes one on demand; databases other than 0): CONFIG GET shows the value that
+# write is in the log, and SAVE and BGSAVE fsync it on demand; databases other than 0): CONFIG GET shows the value that
 # says so, and only that value is accepted.
 SYNONYMS: dict[str, str] = {
     "appendonly": "persistence",
