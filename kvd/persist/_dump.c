@@ -15,7 +15,7 @@
  *                                    rather than reading or writing outside either buffer.
  *
  * kvd/persist/dump.py has the same two in Python (slow, correct), used where this was not built; the tests
- * compare both (tests/unit/test_dump.py).
+ * compare both (tests/unit/test_dump_payload.py).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

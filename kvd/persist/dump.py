@@ -22,7 +22,7 @@ import struct
 
 try:
     from kvd.persist._dump import crc64, lzf_decompress
-except ImportError:  # pragma: no cover - exercised by tests/unit/test_dump.py through the Python versions
+except ImportError:  # pragma: no cover - exercised by tests/unit/test_dump_payload.py through the Python versions
     crc64 = lzf_decompress = None  # type: ignore[assignment]
 
 STRING = 0
