@@ -4,7 +4,7 @@
     .venv/bin/python scripts/bench_server.py --quick         # about 3-4 minutes
     .venv/bin/python scripts/bench_server.py                 # full run, about 12 minutes
     .venv/bin/python scripts/bench_server.py --profile       # also py-spy profiles of kvd (large + small values)
-    .venv/bin/python scripts/plot_bench.py                   # docs/bench/results.json -> docs/bench/bench.png
+    .venv/bin/python scripts/plot_bench.py                   # docs/bench/results.json -> docs/bench/bench-*.png
 
 What runs (all on 127.0.0.1, free ports, every server stopped at the end):
 
