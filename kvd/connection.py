@@ -1130,7 +1130,7 @@ class Client(asyncio.BufferedProtocol):
     def is_blocked(self) -> bool:
         """Blocked as Redis counts it (INFO's blocked_clients, CLIENT LIST's flag b): in a WAIT or WAITAOF, or with
         a command held by CLIENT PAUSE."""
-        return self.blocked is not None or (self._held and not self._write_paused and bool(self._queue))
+        return self.blocked is not None or (self._held and bool(self._queue) and not (self._busy or self._write_paused))
 
     def times_out(self) -> bool:
         """Whether ``timeout`` may close this client once it is idle: not the link to a primary, a replica, a
