@@ -11,7 +11,9 @@ write of 256 KiB that took 50 us, and the clients waiting for those replies with
 
 kvd sets 0.2 ms (INFO server ``python_switch_interval_us``). The cost is a GIL hand-over (a futex wake, some
 cache) each time a waiting thread's 0.2 ms run out, only while two threads both want to run Python; with
-persistence off the loop is the only Python thread and nothing changes. Measured with ``appendfsync everysec``
+persistence off the loop is usually the only Python thread and nothing changes (the shared-memory copies of
+``KVD.GETINTO``/``KVD.SETFROM`` and DEBUG DIGEST's hashing run on threads of their own, mostly outside the
+GIL too). Measured with ``appendfsync everysec``
 (kvd at 5 / 1 / 0.5 / 0.2 ms and redis-server side by side, alternating rounds of 4 s, raw RESP clients;
 redis-benchmark ``-d 64 -c 50 -r 100000``):
 

@@ -13,12 +13,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
-
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 COLORS = {
@@ -33,6 +30,16 @@ COLORS = {
 MiB, KiB = 1 << 20, 1 << 10
 
 
+def _pyplot() -> Any:
+    """matplotlib's pyplot on the file-only backend, imported when a plot is drawn (``--help`` works without it)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def human(n: int) -> str:
     return f"{n // MiB} MiB" if n >= MiB else f"{n // KiB} KiB"
 
@@ -45,6 +52,7 @@ def find(rows: list[dict], **kw: object) -> dict | None:
 
 
 def plot_values(data: dict, path: Path) -> None:
+    plt = _pyplot()
     runs = [r for r in data["runs"] if r["client"] == "raw"]
     sizes = sorted({r["size"] for r in runs})
     fig, axes = plt.subplots(2, 3, figsize=(16, 8.5), sharey=False)
@@ -89,6 +97,7 @@ def plot_values(data: dict, path: Path) -> None:
 
 
 def plot_small(data: dict, path: Path) -> None:
+    plt = _pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))
     rb = data.get("redis_benchmark", [])
     names = [n for n in ("redis", "kvd", "kvd-asyncio") if any(x["target"] == n for x in rb)]
@@ -155,6 +164,11 @@ def main() -> int:
     ap.add_argument("--json", default=str(ROOT / "docs/bench/results.json"))
     ap.add_argument("--out", default=str(ROOT / "docs/bench"))
     args = ap.parse_args()
+    try:
+        _pyplot()
+    except ImportError:
+        print("plot_bench needs matplotlib, a bench-only dependency: .venv/bin/pip install matplotlib", file=sys.stderr)
+        return 2
     data = json.loads(Path(args.json).read_text())
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
