@@ -85,6 +85,7 @@ _PUBSUB_CONTEXT = frozenset(
     {"subscribe", "psubscribe", "ssubscribe", "unsubscribe", "punsubscribe", "sunsubscribe", "ping", "quit", "reset"}
 )
 _RUN_IN_MULTI = frozenset({"exec", "discard", "multi", "watch", "quit", "reset"})  # not queued after MULTI
+_OOM_EXEMPT_IN_MULTI = frozenset({"exec", "discard", "quit", "reset"})  # never refused for memory after MULTI
 
 
 class _Discard(list):  # type: ignore[type-arg]
@@ -95,6 +96,11 @@ class _Discard(list):  # type: ignore[type-arg]
 
 
 DISCARD = _Discard()
+
+
+def _lookup(argv: list[Any]) -> Any:
+    """The command a queued request names (it was found when it was queued)."""
+    return COMMANDS.get(bytes(argv[0]).lower())
 
 
 def _full_name(cmd: Any, argv: list[Any]) -> str:
@@ -171,6 +177,7 @@ class Client(asyncio.BufferedProtocol):
         self._write_spans: list[tuple[int, int]] = []  # reply ranges of write commands in _out
         self._multi: list[list[Any]] | None = None  # commands queued since MULTI
         self._multi_error = False  # a queued command was refused: EXEC answers EXECABORT
+        self._multi_charge = self._multi_counted = 0  # the queue's request_charge so far (_queued_charge)
         self._watched: dict[bytes, int] = {}  # key -> its change count at WATCH (Keyspace.changes)
         self.executing_transaction = False  # EXEC is running the queue (MONITOR refuses to start then)
         self.monitoring = False  # sent MONITOR: sees every command, may not touch the keyspace
@@ -412,6 +419,11 @@ class Client(asyncio.BufferedProtocol):
             return self._refuse(cmd, errors.not_allowed(cmd.name.upper(), cmd.protected), argv)
         if not self.authenticated and NOAUTH not in cmd.flags and self._auth_required():
             return self._refuse(cmd, errors.NOAUTH, argv)
+        if self._multi is not None and NO_MULTI in cmd.flags:
+            return self._refuse(cmd, "ERR Command not allowed inside a transaction", argv)
+        # A few attribute reads, unless the policy may refuse commands (noeviction, volatile-*) or MULTI is open.
+        if ((cmd.denyoom and self.keyspace.guarded) or self._multi is not None) and self._out_of_memory(cmd, argv):
+            return self._refuse(cmd, errors.OOM, argv)
         if self._monitors and self.monitoring and (cmd.is_write or READONLY in cmd.flags):
             return self._refuse(cmd, "ERR Replica can't interact with the keyspace", argv)  # Redis's words
         if self.server.gated and self.link is None:  # kvd/server.py; a replica's primary's commands pass
@@ -420,8 +432,6 @@ class Client(asyncio.BufferedProtocol):
             if refused:
                 return self._refuse(cmd, refused, argv)
         if self._multi is not None and cmd.name not in _RUN_IN_MULTI:
-            if NO_MULTI in cmd.flags:
-                return self._refuse(cmd, "ERR Command not allowed inside a transaction", argv)
             self._multi.append(argv)
             self.reply.raw(b"+QUEUED\r\n")
             if self._reply_skip:
@@ -439,7 +449,7 @@ class Client(asyncio.BufferedProtocol):
         try:
             result = self._call_special(cmd, argv) if self._special else cmd.handler(self, argv)
         except Exception as exc:
-            if self._command_failed(cmd.name, exc):  # OOM: a refusal, though an MSET may have logged some keys
+            if self._command_failed(cmd.name, exc):  # OOM of KVD.SETFROM or DEBUG POPULATE: a refusal
                 self._log_dirty = self._log_dirty or logged
                 return self._refuse(cmd, "", argv, in_multi=False, replied=True)
             result = None
@@ -467,6 +477,34 @@ class Client(asyncio.BufferedProtocol):
         if self._monitors and cmd.name != "exec":  # after it ran, as Redis's call(); EXEC feeds itself
             self.feed_monitors(cmd, argv)
         return result
+
+    def _out_of_memory(self, cmd: Any, argv: list[Any]) -> bool:
+        """Whether the command is refused with -OOM before it runs or is queued, as Redis's processCommand refuses
+        it: memory is over ``maxmemory`` with the request in it, and the policy cannot free enough
+        (``Keyspace.out_of_memory``). Checked for a ``denyoom`` command, after MULTI for every command but EXEC,
+        DISCARD, QUIT and RESET (a queue may not grow without bound), and for an EXEC whose queue holds a
+        ``denyoom`` command; the queued commands count as requests still in memory, so a transaction that does
+        not fit is refused whole (-EXECABORT) and never half applied. Inside EXEC nothing is checked again."""
+        ks = self.keyspace
+        if not ks.guarded or self.executing_transaction:
+            return False
+        queued = self._multi
+        if queued is None:
+            return ks.out_of_memory(ks.request_charge(argv))
+        if cmd.name in _OOM_EXEMPT_IN_MULTI:
+            if cmd.name != "exec" or not any(c is not None and c.denyoom for c in map(_lookup, queued)):
+                return False
+            return ks.out_of_memory(self._queued_charge())
+        return ks.out_of_memory(self._queued_charge() + ks.request_charge(argv))
+
+    def _queued_charge(self) -> int:
+        """The ``request_charge`` of the commands queued after MULTI, summed as far as they were asked for."""
+        queued = self._multi or []
+        if self._multi_counted < len(queued):
+            charge = self.keyspace.request_charge
+            self._multi_charge += sum(charge(argv) for argv in queued[self._multi_counted :])
+            self._multi_counted = len(queued)
+        return self._multi_charge
 
     def _may_run_protected(self, cmd: Any, argv: list[Any]) -> bool:
         """Whether the setting that guards ``cmd`` (or, for a container such as MODULE, the subcommand in
@@ -719,8 +757,9 @@ class Client(asyncio.BufferedProtocol):
         """A command refused before it runs or is queued (Redis's ``rejectCommand``): counted in its
         ``rejected_calls``; it makes a transaction fail at EXEC, and a refused EXEC itself discards the
         transaction (``execCommandAbort``). ``in_multi`` False: refused when it was to run, not to be queued
-        (MISCONF, OOM: Redis checks those before queueing too; kvd when the command runs, EXEC's included).
-        ``replied``: the error is already written."""
+        (MISCONF: Redis checks it before queueing too, kvd when the command runs, EXEC's included; the -OOM of
+        KVD.SETFROM's and DEBUG POPULATE's room for values that are not in the request). ``replied``: the error
+        is already written."""
         stat = self._command_stats(cmd, argv)
         if stat is not None:
             stat.rejected += 1
@@ -1036,6 +1075,7 @@ class Client(asyncio.BufferedProtocol):
     def begin_multi(self) -> None:
         self._multi = []
         self._multi_error = False
+        self._multi_charge = self._multi_counted = 0  # _queued_charge's running sum
 
     def discard_multi(self) -> None:
         self._multi = None

@@ -780,7 +780,7 @@ class ReplicaLink:
                         # only on a primary): the primary may have changed its deadline after the snapshot.
                         if 0 < expire_at <= now:
                             expired += 1
-                        keyspace.set(key, value, expire_at, room_checked=True)  # Redis replicas ignore maxmemory
+                        keyspace.set(key, value, expire_at)  # never refused: Redis replicas load it whole
                         loaded += 1
                         if time.monotonic() >= slice_end:
                             progress.loaded_bytes = f.tell()

@@ -300,7 +300,7 @@ def _populate(c: Client, argv: list[Any]) -> None:
         raise CommandError(errors.OOM) from None
     start = c.output_mark
     for key, value in pairs:
-        ks.set(key, value, room_checked=True)
+        ks.set(key, value)
     c.reply.ok()
     if seg_log is not None:
         c.hold_for_log(start)

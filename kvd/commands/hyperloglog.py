@@ -82,7 +82,7 @@ def _count_one(c: Client, key: bytes) -> Any:
         log = c.keyspace.log
         if c.server.link is None and (log is None or not log.misconf()):
             sketch.cache(card)
-            c.keyspace.set(key, sketch.data, deadline, room_checked=True, history=KEPT)
+            c.keyspace.set(key, sketch.data, deadline, history=KEPT)
         c.reply.integer(hll.signed(card))
 
     return with_current(c, key, reply, read=True)

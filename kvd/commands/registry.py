@@ -2,7 +2,8 @@
 
 Handlers register with ``@command(...)`` in the family modules (``strings``, ``keys``, ``connection``,
 ``server``, ``kvd_ext``). The connection looks a command up by its lowercased name, checks arity and the flags
-(auth, writability, memory) in one place, ``dispatch()``, and calls the handler. A handler writes its reply
+(auth, writability, memory: ``denyoom`` commands are refused while memory is over ``maxmemory``, as Redis's
+processCommand refuses them) in one place, ``Client._execute``, and calls the handler. A handler writes its reply
 through ``client.reply`` and returns None, or returns an awaitable when it must wait for the disk; the
 connection then suspends that client's pipeline until the awaitable is done, which keeps replies in order.
 
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
 Handler = Callable[["Client", list[Any]], Awaitable[None] | None]
 
 WRITE = "write"  # changes the dataset: refused while the log is in MISCONF state
-DENYOOM = "denyoom"  # may grow memory: refused when over maxmemory under noeviction
+DENYOOM = "denyoom"  # may grow memory: refused while memory is over maxmemory and eviction cannot bring it under
 NOAUTH = "no_auth"  # allowed before AUTH
 READONLY = "readonly"
 FAST = "fast"
@@ -104,6 +105,7 @@ class Command:
     subcommands: dict[str, Command] = field(default_factory=dict)
 
     is_write: bool = False  # derived from flags at registration; a field so the hot path reads it directly
+    denyoom: bool = False  # likewise: refused up front while memory is over maxmemory (Client._out_of_memory)
     # It may wait long after it started (for replicas, an fsync, a snapshot's reader): what it waits is not run
     # time, so INFO commandstats, SLOWLOG and LATENCY count only the step that started it, as Redis's call()
     # times a blocked command.
@@ -186,6 +188,7 @@ def command(
             complexity=complexity,
             usage=usage,
             is_write=WRITE in flags.split(),
+            denyoom=DENYOOM in flags.split(),
             waits=waits,
             protected=protected,
             key_specs=key_specs,

@@ -344,12 +344,11 @@ def mset(c: Client, argv: list[Any]) -> None:
 
 
 def set_all(c: Client, pairs: list[tuple[bytes, Any]]) -> None:
-    """MSET's, MSETNX's and KVD.SETFROM's writes: all of them, or none when they do not all fit
-    (``Keyspace.check_room``)."""
+    """MSET's, MSETNX's and KVD.SETFROM's writes, all of them: whether there is room for them was decided before
+    the command ran (``Keyspace.out_of_memory``, and KVD.SETFROM's ``check_room``)."""
     ks = c.keyspace
-    ks.check_room(pairs)
     for key, value in pairs:
-        ks.set(key, value, room_checked=True)
+        ks.set(key, value)
         notify(ks, STRING, b"set", key)  # after each key, as Redis: new k1, set k1, new k2, set k2
 
 

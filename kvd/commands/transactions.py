@@ -1,13 +1,15 @@
 """MULTI / EXEC / DISCARD / WATCH / UNWATCH (Redis ``multi.c``).
 
-redis-py's ``pipeline()`` wraps its commands in MULTI/EXEC by default, so a Redis-compatible server needs them
-even when nobody asks for transactions by name. Commands after MULTI are checked (existence, arity) and queued
-with ``+QUEUED``; a bad one makes EXEC answer ``-EXECABORT``. EXEC runs the queue in order with nothing from
-other clients in between, with one exception: a command that reads a value from the disk tier yields the event
-loop while it reads (like any cold GET), so a transaction over cold values is ordered but not isolated from
-writers during that read. WATCH remembers how many times the keyspace had changed each key; every write,
-delete, expiry, eviction or TTL change of a watched key counts one more (``Keyspace.changes``), so EXEC
-replies with a null array if any watched key was changed since, even back to what it was (Redis's dirty flag).
+redis-py's ``pipeline()`` wraps its commands in MULTI/EXEC by default, so a Redis-compatible server needs them even
+when nobody asks for transactions by name. Commands after MULTI are checked (existence, arity) and queued with
+``+QUEUED``; a bad one makes EXEC answer ``-EXECABORT``. Memory is checked as Redis checks it, before queueing
+(every command) and before EXEC (a queue with a ``denyoom`` command), never between the commands EXEC runs: a
+transaction refused for memory is refused whole (``Client._out_of_memory``). EXEC runs the queue in order with
+nothing from other clients in between, with one exception: a command that reads a value from the disk tier yields
+the event loop while it reads (like any cold GET), so a transaction over cold values is ordered but not isolated
+from writers during that read. WATCH remembers how many times the keyspace had changed each key; every write,
+delete, expiry, eviction or TTL change of a watched key counts one more (``Keyspace.changes``), so EXEC replies
+with a null array if any watched key was changed since, even back to what it was (Redis's dirty flag).
 """
 
 from __future__ import annotations

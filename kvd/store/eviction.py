@@ -18,10 +18,11 @@ key have to go, and that is Redis's eviction, with Redis's eight policies:
 ``noeviction``      none
 ==================  ======================================================================================
 
-Under ``noeviction``, and under a ``volatile-*`` policy once no key has a TTL, a write that would pass
-``maxmemory`` is refused with ``-OOM`` before it changes anything (``Keyspace.check_room``), as Redis refuses a
-command when its eviction cannot free enough. What a write needs room for is what Redis's memory holds of it
-before it runs, its request (``Keyspace._charge``): a SET's value, an APPEND's suffix. Reads are always served.
+Under ``noeviction``, and under a ``volatile-*`` policy once no key has a TTL, a ``denyoom`` command is refused
+with ``-OOM`` before it runs while memory would stay over ``maxmemory`` (``Keyspace.out_of_memory``), as Redis
+refuses a command when its eviction cannot free enough. What it needs room for is what Redis's memory holds of
+it before it runs, its request (``Keyspace.request_charge``): a SET's value, an APPEND's suffix, a SETRANGE's
+few bytes whatever its offset. Reads are always served.
 
 Why sampling for ``volatile-lru``/``-lfu``, where ``allkeys-*`` are exact: the RAM tier's one order runs through
 every resident key; a second list of only the keys with a TTL would cost every TTL change a relink. Redis samples

@@ -18,9 +18,12 @@ checksum is never served: the key is dropped and the read is a miss.
 Eviction, when ``used > maxmemory``: the least recently used resident value is demoted (its key stays and is
 served from disk); only when no resident value is left, or persistence is off, are whole keys deleted, which
 ones as ``maxmemory-policy`` says (``kvd/store/eviction.py``). Under ``noeviction``, and under a ``volatile-*``
-policy once no key has a TTL, a write that does not fit gets ``-OOM`` instead: as in Redis, a write must find
-room for what its request brings (``_charge``; a value that will live on disk only needs none), and no key is
-deleted for a write that is then refused.
+policy once no key has a TTL, memory can stay over ``maxmemory``, and then commands are refused with ``-OOM``
+before they run, as Redis's ``processCommand`` refuses them: every ``denyoom`` command, whatever it would add
+(``guarded`` and ``out_of_memory``, asked by the connection). As Redis counts the request's arguments in its
+memory, the check must find room for them (``request_charge``; an argument that will live on disk only needs
+none); no key is deleted for a command that is then refused. A command that passed runs to the end, however
+much it adds (a SETRANGE at a far offset): memory may then be over ``maxmemory`` until something is deleted.
 
 Expiry: lazy on every access plus a bounded background sweep (``expire_cycle``). On a replica (``set_replica``)
 deadlines are the primary's to enforce, as on a Redis replica: a key past its deadline is hidden from clients but
@@ -45,7 +48,7 @@ from .eviction import Policy, doomed
 from .expiry import ExpiryHeap
 from .lfu import LFU_INIT, LfuCounter
 from .lru import Entry, LruList
-from .ram import RamTier
+from .ram import VALUE_OVERHEAD, RamTier
 from .scan import ScanIndex
 from .snapshot import Snapshot
 
@@ -116,7 +119,7 @@ class TierStats:
 
 
 class OutOfMemory(Exception):
-    """The write cannot fit under maxmemory without deleting keys, and the policy forbids that."""
+    """Values cannot fit under maxmemory without deleting keys, and the policy forbids that (``check_room``)."""
 
 
 class Keyspace:
@@ -135,7 +138,11 @@ class Keyspace:
         self.ram.set_clock(lru_clock())
         # A replica with replica-ignore-maxmemory (kvd/server.py): no key deleted for memory, no write refused;
         # its primary's deletes keep it in step (Redis's performEvictions returns at once on such a replica).
-        self.following = False
+        self._following = False
+        # Whether commands may be refused for memory (``out_of_memory``): a maxmemory is set and the policy may
+        # be unable to free enough (``noeviction``, ``volatile-*``), on a server that is not ``following``. Kept
+        # as one attribute: under the other policies a SET pays one read of it (kvd/connection.py).
+        self.guarded = False
         # A replica (set_replica): keys past their deadline wait for the primary's DEL; the keys whose deadline
         # the replica's own clients set (a writable replica) it expires itself.
         self.primary_expires = False
@@ -182,6 +189,19 @@ class Keyspace:
         was set where there was none."""
         self.ram.budget = maxmemory
         self.pool.set_max_bytes(_pool_bytes(maxmemory))
+        self._guard()
+
+    @property
+    def following(self) -> bool:
+        return self._following
+
+    @following.setter
+    def following(self, following: bool) -> None:
+        self._following = following
+        self._guard()
+
+    def _guard(self) -> None:
+        self.guarded = bool(self.ram.budget) and self.eviction.refuses and not self._following
 
     def evict(self) -> None:
         """Back under ``maxmemory`` now, as the policy allows (CONFIG SET maxmemory, maxmemory-policy)."""
@@ -264,6 +284,7 @@ class Keyspace:
         which keys may be deleted is kvd/store/eviction.py's."""
         untouched = self.reads_untouched
         self.eviction = Policy(policy)
+        self._guard()
         self.samples = samples
         lfu = self.ram.lfu
         if self.eviction.lfu:
@@ -453,16 +474,13 @@ class Keyspace:
         value: Value,
         expire_at: int = 0,
         moving: bool = False,
-        room_checked: bool = False,
         history: int = TOUCHED,
     ) -> None:
-        """Store ``value`` (kept by reference: callers hand over ownership and never mutate it). ``moving`` is
-        for ``rename``: the value is about to leave its old key, so it is neither refused nor a reason to evict.
-        ``room_checked``: ``check_room`` has checked the room for it already. ``history``: what an overwrite does
-        to the key's access history (TOUCHED, KEPT, FRESH above; under LRU every write makes it the most recent,
-        as in Redis, so only the LFU counter differs)."""
-        if self.eviction.refuses and not moving and not room_checked and not self.following:
-            self._check_room(self._charge(key, value, history))
+        """Store ``value`` (kept by reference: callers hand over ownership and never mutate it). Never refused:
+        whether a command may write at all was decided before it ran (``out_of_memory``). ``moving`` is for
+        ``rename``: the value is about to leave its old key, so it is no reason to evict. ``history``: what an
+        overwrite does to the key's access history (TOUCHED, KEPT, FRESH above; under LRU every write makes it
+        the most recent, as in Redis, so only the LFU counter differs)."""
         seg_log = self.log
         old = self._entries.get(key)
         if seg_log is not None:
@@ -512,29 +530,34 @@ class Keyspace:
         if ram.budget and ram.used > ram.budget and not moving:
             self._evict()
 
-    def check_room(self, pairs: list[tuple[bytes, Value]]) -> None:
-        """Before MSET's writes, which then ``set`` with ``room_checked``: under a policy that may refuse writes
-        (``noeviction``, ``volatile-*``), ``OutOfMemory`` unless all of them fit once what the policy allows is
-        freed. Redis refuses the whole command before it runs; checking key by key would leave the first ones
-        written."""
-        if self.eviction.refuses and not self.following:
-            self._check_room(sum(self._charge(k, v) for k, v in pairs))
+    def request_charge(self, argv: list[Any]) -> int:
+        """What a request holds in memory until it has run, as Redis's ``used_memory`` counts it (its query buffer
+        and arguments): the bytes of its arguments. With the log on, an argument too large for the RAM tier
+        (``_fits``: a value that will live on disk only) counts nothing: it never takes RAM once stored."""
+        if self.log is None or not self.ram.budget:
+            return sum(map(len, argv))
+        limit = self.ram.budget // 2 - VALUE_OVERHEAD
+        return sum(n for n in map(len, argv) if n <= limit)
 
-    def _charge(self, key: bytes, value: Value, history: int = TOUCHED) -> int:
-        """The room a write of ``value`` to ``key`` must find under ``maxmemory`` before it runs, as Redis counts
-        it. Redis refuses a command when its memory, the request's own arguments included (they sit in the
-        client's query buffer, so a 350 KB SET needs 350 KB of room even to overwrite a 350 KB value), is over
-        ``maxmemory`` and eviction cannot free enough. So a SET, MSET or RESTORE is charged its value, and a new
-        key its overhead; a read-modify-write (``history`` KEPT: APPEND, SETRANGE, INCR, SETBIT, PFADD) of a
-        resident value only what it adds to it, which is what its request brings (APPEND's suffix, SETRANGE's
-        patch), not the whole new value. A value that will live on disk only (the log is on and it is larger than
-        half the RAM tier: ``_fits``) is charged only its key: it never takes RAM."""
-        old = self._entries.get(key)
-        charge = 0 if old is not None else self.ram.key_charge(key)
+    def out_of_memory(self, extra: int) -> bool:
+        """Redis's ``performEvictions() == EVICT_FAIL`` before a command: whether the RAM tier stays over
+        ``maxmemory`` with ``extra`` more bytes (the request's, ``request_charge``) once what the policy allows
+        is freed. Asked only while ``guarded``."""
+        return not self._make_room(extra)
+
+    def check_room(self, pairs: list[tuple[bytes, Value]]) -> None:
+        """``OutOfMemory`` unless values that are not in a request's arguments fit, once what the policy allows is
+        freed: KVD.SETFROM's (copied from a client's shared memory) and DEBUG POPULATE's, all of them or none."""
+        if self.guarded and not self._make_room(sum(self._charge(k, v) for k, v in pairs)):
+            raise OutOfMemory
+
+    def _charge(self, key: bytes, value: Value) -> int:
+        """The room a write of ``value`` to ``key`` takes in the RAM tier: the value, and a new key's overhead. A
+        value that will live on disk only (the log is on and it is larger than half the RAM tier: ``_fits``) is
+        charged only its key: it never takes RAM."""
+        charge = 0 if key in self._entries else self.ram.key_charge(key)
         if self.log is not None and not self._fits(value):
             return charge
-        if history == KEPT and old is not None and old.value is not None:
-            return charge + max(0, len(value) - len(old.value))
         return charge + len(value)
 
     def unshare(self, key: bytes) -> None:
@@ -879,10 +902,10 @@ class Keyspace:
     def _fits(self, value: Value) -> bool:
         return not self.ram.budget or self.ram.value_charge(value) <= self.ram.budget // 2
 
-    def _check_room(self, extra: int) -> None:
-        """Make room for ``extra`` more bytes as the policy allows, or raise ``OutOfMemory`` (nothing written).
-        Demotion to disk loses nothing and is always allowed; keys are deleted only as the policy says, and only
-        once the keys it may delete are known to hold enough: a write that is refused costs no key."""
+    def _make_room(self, extra: int) -> bool:
+        """Make room for ``extra`` more bytes as the policy allows; False if there is none to make. Demotion to
+        disk loses nothing and is always allowed; keys are deleted only as the policy says, and only once the keys
+        it may delete are known to hold enough: a command that is refused costs no key."""
         ram = self.ram
         if ram.budget and ram.used + extra > ram.budget:
             while ram.hot and ram.used + extra > ram.budget and self.log is not None:
@@ -891,12 +914,13 @@ class Keyspace:
                     break
                 self._demote(entry)
             if ram.used + extra > ram.budget and not self._deletable(ram.used + extra - ram.budget):
-                raise OutOfMemory
+                return False
             while ram.used + extra > ram.budget:
                 entry = self._doomed(None)
                 if entry is None:
-                    raise OutOfMemory
+                    return False
                 self._evict_key(entry)
+        return True
 
     def _deletable(self, need: int) -> bool:
         """Whether the keys the policy may delete hold ``need`` bytes of the RAM tier's count. Under a

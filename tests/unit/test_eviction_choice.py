@@ -60,15 +60,18 @@ def test_sample_clears_out_stale_items_when_the_draws_meet_only_those():
 
 def test_no_key_with_a_ttl_means_no_victim_and_a_refused_write():
     ks = Keyspace(maxmemory=1 << 20, policy="volatile-lru")
+    assert ks.guarded
     value = b"x" * (256 << 10)
     ks.set(b"a", value)
     ks.set(b"b", value)
     ks.set(b"t", value, expire_at=10**13)
     ks.set(b"c", value)  # over the budget: the only key with a TTL goes
     assert ks.lookup(b"t") is None and ks.lookup(b"a") is not None
+    assert ks.out_of_memory(ks.request_charge([b"SET", b"d", value]))  # a SET of d would be refused
+    assert not ks.out_of_memory(ks.request_charge([b"SET", b"d", b"v"]))  # a small one fits
     with pytest.raises(OutOfMemory):
-        ks.set(b"d", value)
-    assert ks.lookup(b"d") is None  # nothing written
+        ks.check_room([(b"d", value)])
+    assert len(ks) == 3  # nothing deleted, nothing written
 
 
 def test_lru_and_lfu_choose_the_least_used_of_the_sample():
