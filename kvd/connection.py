@@ -419,11 +419,12 @@ class Client(asyncio.BufferedProtocol):
             return self._refuse(cmd, errors.not_allowed(cmd.name.upper(), cmd.protected), argv)
         if not self.authenticated and NOAUTH not in cmd.flags and self._auth_required():
             return self._refuse(cmd, errors.NOAUTH, argv)
-        if self._multi is not None and NO_MULTI in cmd.flags:
-            return self._refuse(cmd, "ERR Command not allowed inside a transaction", argv)
-        # A few attribute reads, unless the policy may refuse commands (noeviction, volatile-*) or MULTI is open.
-        if ((cmd.denyoom and self.keyspace.guarded) or self._multi is not None) and self._out_of_memory(cmd, argv):
-            return self._refuse(cmd, errors.OOM, argv)
+        multi = self._multi
+        if multi is not None or cmd.denyoom:  # a GET pays these two tests, a SET one more (Keyspace.guarded)
+            if multi is not None and NO_MULTI in cmd.flags:  # as Redis: before memory
+                return self._refuse(cmd, "ERR Command not allowed inside a transaction", argv)
+            if (multi is not None or self.keyspace.guarded) and self._out_of_memory(cmd, argv):
+                return self._refuse(cmd, errors.OOM, argv)
         if self._monitors and self.monitoring and (cmd.is_write or READONLY in cmd.flags):
             return self._refuse(cmd, "ERR Replica can't interact with the keyspace", argv)  # Redis's words
         if self.server.gated and self.link is None:  # kvd/server.py; a replica's primary's commands pass
@@ -431,8 +432,8 @@ class Client(asyncio.BufferedProtocol):
             refused = self.server.refusal(cmd, argv, writes)
             if refused:
                 return self._refuse(cmd, refused, argv)
-        if self._multi is not None and cmd.name not in _RUN_IN_MULTI:
-            self._multi.append(argv)
+        if multi is not None and cmd.name not in _RUN_IN_MULTI:
+            multi.append(argv)
             self.reply.raw(b"+QUEUED\r\n")
             if self._reply_skip:
                 self._command_done()
