@@ -756,11 +756,11 @@ class Client(asyncio.BufferedProtocol):
 
     def _refuse(self, cmd: Any, message: str, argv: list[Any], in_multi: bool = True, replied: bool = False) -> None:
         """A command refused before it runs or is queued (Redis's ``rejectCommand``): counted in its
-        ``rejected_calls``; it makes a transaction fail at EXEC, and a refused EXEC itself discards the
-        transaction (``execCommandAbort``). ``in_multi`` False: refused when it was to run, not to be queued
-        (MISCONF: Redis checks it before queueing too, kvd when the command runs, EXEC's included; the -OOM of
-        KVD.SETFROM's and DEBUG POPULATE's room for values that are not in the request). ``replied``: the error
-        is already written."""
+        ``rejected_calls``; it makes a transaction fail at EXEC, and a refused EXEC itself discards the transaction
+        and is shown to MONITOR clients (``execCommandAbort``). ``in_multi`` False: refused when it was to run, not
+        to be queued (MISCONF: Redis checks it before queueing too, kvd when the command runs, EXEC's included; the
+        -OOM of KVD.SETFROM's and DEBUG POPULATE's room for values that are not in the request). ``replied``: the
+        error is already written."""
         stat = self._command_stats(cmd, argv)
         if stat is not None:
             stat.rejected += 1
@@ -768,6 +768,7 @@ class Client(asyncio.BufferedProtocol):
             if cmd.name == "exec":
                 self.discard_multi()
                 message = f"EXECABORT Transaction discarded because of: {message.removeprefix('ERR ')}"
+                self.feed_monitors(cmd, argv)  # execCommandAbort shows it: monitors saw the MULTI
             elif self._multi is not None and in_multi and self.flags_transactions:
                 self._multi_error = True
             self.reply.error(message)

@@ -90,6 +90,24 @@ def test_monitor_inside_a_transaction_is_refused_at_exec(server):
         assert c.command("PING") == b"+PONG\r\n"  # not a monitor
 
 
+def test_an_exec_refused_before_it_runs_is_shown(server_factory):
+    """Redis's execCommandAbort shows the EXEC that processCommand refused (here for memory: its queue holds a
+    SET and memory went over maxmemory meanwhile; then for its argument count), so that a monitor that saw the
+    MULTI sees the transaction end; the queued commands never ran and are not shown. kvd showed nothing."""
+    srv = server_factory(maxmemory="64mb", maxmemory_policy="noeviction")
+    r = srv.client()
+    r.set("filler", b"f" * (1 << 20))
+    half = r.info("memory")["used_memory"] // 2
+    with monitor(srv) as watcher, srv.raw() as c:
+        assert c.command("MULTI") == b"+OK\r\n"
+        assert c.command("SET", "k", "v") == b"+QUEUED\r\n"
+        r.config_set("maxmemory", half)  # administrative: not shown
+        assert c.command("EXEC").startswith(b"-EXECABORT Transaction discarded because of: OOM ")
+        assert c.command("EXEC", "x").startswith(b"-EXECABORT Transaction discarded because of: wrong number")
+        assert c.command("PING") == b"+PONG\r\n"
+        assert shown(watcher, 4, c.sock.getsockname()[1]) == [b'"MULTI"', b'"EXEC"', b'"EXEC" "x"', b'"PING"']
+
+
 @pytest.mark.kvd_only  # Redis quotes every byte of every argument
 def test_long_arguments_are_cut(server):
     with monitor(server) as watcher, server.raw() as c:
