@@ -286,6 +286,14 @@ class Server:
         limited = new.maxmemory and (not old.maxmemory or new.maxmemory < old.maxmemory)  # 0 is no limit
         if limited or new.maxmemory_policy != old.maxmemory_policy:
             ks.evict()
+            if ks.guarded and ks.ram.over_budget():  # Redis's warning, once eviction has done what it may
+                log.warning(
+                    "maxmemory (%d) is smaller than what the RAM tier holds after eviction (%d): under "
+                    "maxmemory-policy %s commands that may grow memory get -OOM until keys are deleted",
+                    new.maxmemory,
+                    ks.ram.used,
+                    new.maxmemory_policy,
+                )
         if new.notify_keyspace_events != old.notify_keyspace_events:
             ks.events = _events(self.pubsub, new)
         self.slowlog.configure(new.slowlog_log_slower_than, new.slowlog_max_len)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 
 import pytest
 import redis
@@ -207,3 +208,20 @@ def test_with_persistence_values_leave_ram_instead_of_writes_being_refused(serve
         r.setnx("k0", b"2")
     assert r.delete(*(f"k{j}" for j in range(3000))) == 3000
     assert r.setnx("k0", b"2") is True
+
+
+@pytest.mark.kvd_only  # Redis's words are its own (and it warns before evicting)
+def test_a_maxmemory_below_what_stays_in_ram_is_logged(server_factory):
+    """Redis logs a warning when CONFIG SET maxmemory is below its memory usage; kvd logs one when eviction
+    could not bring the RAM tier under it, which is when commands start to be refused."""
+    srv = server_factory(maxmemory="64mb", maxmemory_policy="noeviction")
+    r = srv.client()
+    r.set("big", os.urandom(2 * MiB))
+    r.config_set("maxmemory", "4mb")
+    r.config_set("maxmemory", MiB)
+    assert r.info("memory")["used_memory"] > MiB
+    deadline = time.monotonic() + 5
+    while "is smaller than what the RAM tier holds" not in srv.stderr_text():
+        assert time.monotonic() < deadline, srv.stderr_text()[-2000:]
+        time.sleep(0.05)
+    assert srv.stderr_text().count("is smaller than what the RAM tier holds") == 1  # not for 4mb: it fits
