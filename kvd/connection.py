@@ -85,6 +85,10 @@ _PUBSUB_CONTEXT = frozenset(
     {"subscribe", "psubscribe", "ssubscribe", "unsubscribe", "punsubscribe", "sunsubscribe", "ping", "quit", "reset"}
 )
 _RUN_IN_MULTI = frozenset({"exec", "discard", "multi", "watch", "quit", "reset"})  # not queued after MULTI
+# A client that has yet to AUTH may leave this much of its replies unread, then it is closed: Redis's fix of
+# CVE-2025-21605 (7.0.15 and later), without which a client that never authenticates and never reads holds up to
+# client-output-buffer-soft-limit of kvd's memory (its -NOAUTH errors) for as long as it stays connected.
+UNAUTH_MAX_OUTPUT = 1024
 _OOM_EXEMPT_IN_MULTI = frozenset({"exec", "discard", "quit", "reset"})  # never refused for memory after MULTI
 
 
@@ -899,12 +903,15 @@ class Client(asyncio.BufferedProtocol):
         stats.net_output_bytes += sent
         stats.writes_processed += 1
         hard = self.server.settings.client_output_buffer_hard_limit
+        if not self.authenticated and self._auth_required():
+            hard = UNAUTH_MAX_OUTPUT  # Redis's fix of CVE-2025-21605: one that must still AUTH and does not read
         if hard and transport.get_write_buffer_size() > hard:
             log.warning(
-                "closing client %s (id=%d): output buffer %d bytes is over client-output-buffer-hard-limit",
+                "closing client %s (id=%d): output buffer %d bytes is over %s",
                 self.addr,
                 self.id,
                 transport.get_write_buffer_size(),
+                "client-output-buffer-hard-limit" if self.authenticated else "the unauthenticated limit (1 KiB)",
             )
             self.server.stats.output_limit_disconnections += 1
             self.kill()

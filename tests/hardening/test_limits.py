@@ -141,6 +141,36 @@ def test_unauthenticated_client_that_never_reads_cannot_grow_memory(kvd_factory)
         s.close()
 
 
+def test_unauthenticated_client_is_closed_past_one_kib_of_unread_replies(kvd_factory):
+    """Redis's fix of CVE-2025-21605 (Debian's 7.0.15 has it: checked by hand, same requests, reset after 6.8 KB
+    read): a client that has not authenticated may leave 1 KiB of replies unread, whatever the output limits;
+    then it is closed and counted. Without the check it kept up to the soft limit (1 MiB here) for as long as it
+    stayed connected."""
+    srv = kvd_factory("--requirepass", "pw", "--client-output-buffer-soft-limit", "1mb")
+    s = srv.connect()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.settimeout(2)
+    try:
+        with contextlib.suppress(OSError):  # closed by kvd while we send: what the test wants
+            for _ in range(50):  # 50 x 20 000 PINGs -> up to 34 MB of -NOAUTH, far past the kernel's buffers
+                s.sendall(b"PING\r\n" * 20_000)
+        received, closed = recv_until_closed(s, timeout=10, limit=64 * MiB)
+    finally:
+        s.close()
+    assert closed, "kvd kept the unauthenticated client that does not read"
+    assert received.startswith(b"-NOAUTH Authentication required.\r\n")
+    assert len(received) < 8 * MiB, len(received)  # the kernel's buffers and 1 KiB, not the 1 MiB soft limit
+    stats = srv.client(password="pw").info("stats")
+    assert stats["client_output_buffer_limit_disconnections"] == 1
+    authenticated = srv.connect()  # the same requests after AUTH are replies it must keep
+    try:
+        authenticated.sendall(b"AUTH pw\r\n" + b"PING\r\n" * 20_000)
+        time.sleep(0.5)
+        assert srv.client(password="pw").info("stats")["client_output_buffer_limit_disconnections"] == 1
+    finally:
+        authenticated.close()
+
+
 def test_huge_declared_multibulk_costs_no_memory(kvd):
     """``*1000000000`` on 50 connections, then a few args each: RSS grows by less than 16 MiB."""
     base = kvd.rss()
