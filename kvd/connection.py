@@ -945,7 +945,9 @@ class Client(asyncio.BufferedProtocol):
             sub = cmd.subcommands.get(bytes(argv[1]).lower().decode("utf-8", "replace"))
             if sub is not None and ADMIN in sub.flags:
                 return
-        data = monitor.line(self.addr, argv)
+        # Redis names a socket client unix:PATH here, where CLIENT LIST and SLOWLOG show PATH:0
+        addr = f"unix:{self.server.settings.unixsocket}" if self.unix else self.addr
+        data = monitor.line(addr, argv)
         for client in list(self._monitors):
             client.push(data)
 

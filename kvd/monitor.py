@@ -1,12 +1,12 @@
 """MONITOR lines: every command the server runs, as Redis's ``replicationFeedMonitors`` writes it.
 
-A line is ``+<seconds>.<microseconds> [0 <ip:port>] "arg" "arg" ...``: each argument quoted the way ``sdscatrepr``
-quotes it (``\\"``, ``\\\\``, ``\\n``, ``\\r``, ``\\t``, ``\\a``, ``\\b``, ``\\xHH`` for any other byte outside
-0x20-0x7e). What Redis leaves out is left out here too: administrative commands (CONFIG, CLIENT LIST, SAVE,
-SHUTDOWN...), requests refused before they ran (unknown, wrong count, NOAUTH), and the passwords of AUTH and
-HELLO ... AUTH, shown as ``"(redacted)"``. The commands of a transaction appear when EXEC runs them, EXEC last;
-an EXEC refused before it ran (-EXECABORT: memory, its argument count, a read-only replica) is shown alone, as
-Redis's ``execCommandAbort`` shows it.
+A line is ``+<seconds>.<microseconds> [0 <ip:port>] "arg" "arg" ...`` (``[0 unix:<path>]`` from the unix
+socket): each argument quoted the way ``sdscatrepr`` quotes it (``\\"``, ``\\\\``, ``\\n``, ``\\r``, ``\\t``,
+``\\a``, ``\\b``, ``\\xHH`` for any other byte outside 0x20-0x7e). What Redis leaves out is left out here too:
+administrative commands (CONFIG, CLIENT LIST, SAVE, SHUTDOWN...), requests refused before they ran (unknown,
+wrong count, NOAUTH), and the passwords of AUTH and HELLO ... AUTH, shown as ``"(redacted)"``. The commands of a
+transaction appear when EXEC runs them, EXEC last; an EXEC refused before it ran (-EXECABORT: memory, its
+argument count, a read-only replica) is shown alone, as Redis's ``execCommandAbort`` shows it.
 
 One difference, on purpose: an argument longer than ``ARG_LIMIT`` bytes is cut there and followed by
 ``... (N more bytes)`` inside its quotes. Redis quotes a 32 MiB KV chunk in full, up to 4 bytes of text per

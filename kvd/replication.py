@@ -85,8 +85,11 @@ class Replica:
     @property
     def host(self) -> str:
         """The address it announced (replica-announce-ip), else the one it connected from, without the port: what
-        INFO replication and ROLE show and FAILOVER TO names, as Redis's ``slave_addr``."""
-        return self.client.sync_ip_address or self.client.addr.rsplit(":", 1)[0].strip("[]")
+        INFO replication and ROLE show and FAILOVER TO names, as Redis's ``slave_addr``; ``/unixsocket`` for one on
+        the unix socket, as Redis's connPeerToString."""
+        if self.client.sync_ip_address:
+            return self.client.sync_ip_address
+        return "/unixsocket" if self.client.unix else self.client.addr.rsplit(":", 1)[0].strip("[]")
 
 
 class ReplicationFeed:

@@ -160,6 +160,36 @@ def test_redis_cli_over_the_socket(server_factory, sock_path):
     assert f"addr={sock_path}:0 ".encode() in lines[1] and b" flags=U " in lines[1], r.stdout
 
 
+def test_monitor_and_info_name_a_socket_client_as_redis_does(server_factory, sock_path):
+    """redis-cli's MONITOR shows a command from the socket as ``[0 unix:PATH]`` (replicationFeedMonitors), and
+    INFO replication a replica attached through it (redis-cli -s --replica) as ``ip=/unixsocket,port=0``."""
+    srv = server_factory(unixsocket=str(sock_path))
+    cli = [redis_cli(), "-h", srv.host, "-p", str(srv.port)]
+    monitor = subprocess.Popen([*cli, "monitor"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
+    replica = subprocess.Popen(
+        [redis_cli(), "-s", str(sock_path), "--replica"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while b"cmd=monitor" not in _raw(srv, "CLIENT", "LIST") or b"slave0:" not in _raw(srv, "INFO"):
+            assert time.monotonic() < deadline, _raw(srv, "CLIENT", "LIST")
+            time.sleep(0.05)
+        assert b"\r\nslave0:ip=/unixsocket,port=0," in _raw(srv, "INFO", "replication")
+        unix_client(sock_path).set("mon:u", "v")
+    finally:
+        monitor.terminate()
+        replica.terminate()
+        out = monitor.communicate(timeout=10)[0]
+        replica.wait(10)
+    assert out.startswith(b"OK\n"), out
+    assert f' [0 unix:{sock_path}] "SET" "mon:u" "v"\n'.encode() in out, out
+
+
+def _raw(srv, *command: str) -> bytes:
+    with srv.raw() as c:
+        return c.command(*command)
+
+
 def test_redis_benchmark_over_the_socket(server_factory, sock_path):
     srv = server_factory(unixsocket=str(sock_path))
     cmd = [redis_benchmark(), "-s", str(sock_path), "-t", "set,get", "-n", "2000", "-c", "4", "-d", "1024", "-q"]
