@@ -8,6 +8,7 @@ AUTH / HELLO 3 in the same write.
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 from support.tools import redis_benchmark, run
@@ -52,3 +53,36 @@ def test_with_password(server_factory, resp3):
     args = ["-t", "set,get", "-n", "1000", "-c", "4", "-q"] + (["-3"] if resp3 else [])
     results = bench(srv, *args)
     assert set(results) == {"SET", "GET"}, results
+
+
+def test_custom_command_threads_and_csv(module_server):
+    """A command of one's own with __rand_int__ keys (-r) from two threads; CSV output with 4 KiB values."""
+    cmd = [redis_benchmark(), "-h", module_server.host, "-p", str(module_server.port)]
+    r = run([*cmd, "-n", "2000", "-r", "1000", "--threads", "2", "-q", "SET", "bc:__rand_int__", "v"], timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert re.search(rb"SET bc:__rand_int__ v: [0-9.]+ requests per second", r.stdout), r.stdout[-2000:]
+    keys = module_server.client().keys("bc:*")
+    assert keys and all(re.fullmatch(rb"bc:\d{12}", k) for k in keys), keys[:5]
+    r = run([*cmd, "--csv", "-t", "set,get", "-n", "1000", "-d", "4096", "-P", "8"], timeout=60)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.decode().splitlines()
+    assert lines[0].startswith('"test","rps","avg_latency_ms"'), lines
+    assert [ln.split(",")[0] for ln in lines[1:]] == ['"SET"', '"GET"'], lines
+    assert module_server.client().strlen("key:__rand_int__") == 4096
+
+
+@pytest.mark.kvd_only
+@pytest.mark.parametrize("test", ["lpush", "hset", "zadd", "lrange_100"])
+def test_tests_of_other_types_stop_at_the_first_refusal(module_server, test):
+    """kvd stores strings only: redis-benchmark's list, hash and sorted-set tests end at the first reply, Redis's
+    unknown-command error, with exit status 1; the 50 connections it drops mid-pipeline leave kvd serving."""
+    cmd = [redis_benchmark(), "-h", module_server.host, "-p", str(module_server.port)]
+    r = run([*cmd, "-t", test, "-n", "100000", "-P", "16", "--threads", "2", "-q"], timeout=30)
+    assert r.returncode == 1, r.stdout[-2000:]
+    assert b"Error from server: ERR unknown command '" in r.stdout + r.stderr, (r.stdout[-2000:], r.stderr)
+    c = module_server.client()
+    assert c.ping() is True
+    deadline = time.monotonic() + 10
+    while c.info("clients")["connected_clients"] > 1:
+        assert time.monotonic() < deadline, c.client_list()
+        time.sleep(0.05)
