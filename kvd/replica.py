@@ -25,14 +25,15 @@ The link (``ReplicaLink``) is one task and at most one connection, in the steps 
                HELLO, CLIENT...; not PING), as a Redis replica answers, and INFO persistence shows the progress
                (``LoadProgress``). With persistence on each slice waits
                until the log has written it, so a large load runs at the disk's pace and never queues the
-               dataset in memory. Keys of other types (a Redis primary's lists, hashes...) and of databases
-               other than 0 are passed over and counted in the log; keys whose deadline has passed are loaded
-               too, as a Redis replica loads them (below, "Deadlines").
+               dataset in memory. Keys of other types (a Redis primary's lists, hashes...), of databases other
+               than 0, and function libraries are passed over and counted in the log; keys whose deadline has
+               passed are loaded too, as a Redis replica loads them (below, "Deadlines").
     streaming  the connection becomes a client (``PrimaryClient``) whose commands run like any client's and
                whose replies are dropped, except REPLCONF GETACK, answered with ``REPLCONF ACK <offset>``; the
                offset also goes to the primary once a second, which is what its WAIT counts. Its batches do not
                wait for the log as a client's replies do (nobody reads these); reading waits only while the log
-               has ``LOG_LAG_MAX`` bytes or more left to write.
+               has ``LOG_LAG_MAX`` bytes or more left to write. FUNCTION and SCRIPT are passed over (a script's
+               or function's writes come as their effects).
 
 Offsets. ``offset`` counts the bytes of every command that reached the keyspace, as the canonical RESP size of
 its arguments (primaries send commands in that form). A cut link connects again at once (then, while attempts
@@ -340,21 +341,43 @@ class PrimaryClient(Client):
         cmd = ALIASES.get(name) if type(name) is bytes else None
         if cmd is None:
             cmd = COMMANDS.get(bytes(name).lower())
-        db = self.link.db
-        if self._multi is not None and (cmd is None or cmd.name not in _RUN_IN_MULTI):
-            # Queued, and judged when EXEC runs it; one kvd does not know cannot be queued, and goes now (quietly
-            # when it is for another database, as a SELECT already queued may say).
-            if cmd is not None and cmd.name == "select" and len(argv) == 2:
+            if cmd is None:
+                return self._other_command(argv)
+        if self._multi is not None and cmd.name not in _RUN_IN_MULTI:
+            # Queued, and judged when EXEC runs it.
+            if cmd.name == "select" and len(argv) == 2:
                 self._queued_db = _db_index(argv[1])
-            elif cmd is None:
-                return (self._queued_db if self._queued_db is not None else db) != 0
             return False
-        if cmd is None:
-            return db != 0  # another type's command (LPUSH...) for another database: nothing of kvd's
         special = _DATABASE_COMMANDS.get(cmd.name)
         if special is not None:
             return special(self, argv)
-        return db != 0 and cmd.is_write and cmd.name != "flushall"
+        return self.link.db != 0 and cmd.is_write and cmd.name != "flushall"
+
+    # -- commands kvd does not know: other types, scripting -----------------------------------------------------
+    #
+    # A Redis primary's commands on lists, sets, hashes... are run as sent, so kvd refuses them (logged, counted,
+    # the stream goes on): kvd holds none of those keys. FUNCTION and SCRIPT change no data: they are passed
+    # over, said once in the log.
+
+    def _other_command(self, argv: list[Any]) -> bool:
+        name = bytes(argv[0]).lower()
+        if name in _NO_DATA:
+            link = self.link
+            if not link.scripting_logged:
+                link.scripting_logged = True
+                log.info(
+                    "the primary %s:%d sent %s: kvd has no scripting, and passes FUNCTION and SCRIPT over",
+                    link.host,
+                    link.port,
+                    name.decode().upper(),
+                )
+            return True
+        db = self.link.db
+        if self._multi is not None:
+            # Refused now, as kvd cannot queue it (quietly when it is for another database, as a SELECT already
+            # queued may say).
+            return (self._queued_db if self._queued_db is not None else db) != 0
+        return db != 0  # another type's command (LPUSH...) for another database: nothing of kvd's
 
     def _select(self, argv: list[Any]) -> bool:
         index = _db_index(argv[1]) if len(argv) == 2 else None
@@ -506,6 +529,9 @@ _DATABASE_COMMANDS = {
 }
 
 
+_NO_DATA = frozenset({b"function", b"script"})  # function libraries and the script cache
+
+
 def _db_index(raw: Any) -> int | None:
     """A database index as a primary sends it (decimal, 0 to 2**31 - 1), else None."""
     text = bytes(raw)
@@ -524,6 +550,7 @@ class ReplicaLink:
         self.offset = -1
         self.db = 0  # the database the primary's stream has selected (its SELECT); kvd holds database 0 only
         self.other_db_logged = False
+        self.scripting_logged = False
         self.sync_total = -1  # bytes of the snapshot being transferred (-1: not announced, EOF-marked)
         self.sync_read = 0
         self.down_since: float | None = None  # when the link went down; None: never up since REPLICAOF
@@ -771,7 +798,7 @@ class ReplicaLink:
             flushed = keyspace.flush()
             loaded = expired = 0
             with open(path, "rb", buffering=1 << 20) as f:
-                reader = RdbReader(f, skip_other_types=True, skip_other_databases=True)
+                reader = RdbReader(f, skip_other_types=True, skip_other_databases=True, skip_functions=True)
                 slice_end = time.monotonic() + LOAD_SLICE
                 now = now_ms()
                 try:
@@ -798,13 +825,14 @@ class ReplicaLink:
         skipped = ", ".join(f"{n} {kind}" for kind, n in sorted(reader.skipped.items()))
         elsewhere = ", ".join(f"{n} in database {db}" for db, n in sorted(reader.other_databases.items()))
         log.info(
-            "loaded the primary's snapshot in %.2f s: %d keys, %d past their deadline (%d old keys flushed%s%s)",
+            "loaded the primary's snapshot in %.2f s: %d keys, %d past their deadline (%d old keys flushed%s%s%s)",
             time.monotonic() - started,
             loaded,
             expired,
             flushed,
             f"; passed over, not strings: {skipped}" if skipped else "",
             f"; passed over, kvd has database 0 only: {elsewhere}" if elsewhere else "",
+            f"; passed over, kvd has no scripting: {_libraries(reader.functions)}" if reader.functions else "",
         )
 
     async def _pace(self) -> None:
@@ -912,7 +940,7 @@ def client_tls_context(settings: Settings) -> ssl.SSLContext:
 def _check(path: Path) -> int:
     """Read the whole file as the load will (in a thread): its string keys, or RdbError with where it is damaged."""
     with open(path, "rb", buffering=1 << 20) as f:
-        return sum(1 for _ in RdbReader(f, skip_other_types=True, skip_other_databases=True))
+        return sum(1 for _ in RdbReader(f, skip_other_types=True, skip_other_databases=True, skip_functions=True))
 
 
 _TEMP_PREFIX = "temp-replica-"
@@ -949,6 +977,10 @@ def _alive(pid: int) -> bool:
     except PermissionError:  # it exists, as another user's
         pass
     return True
+
+
+def _libraries(n: int) -> str:
+    return f"{n} function {'library' if n == 1 else 'libraries'}"
 
 
 def _text(reply: bytes) -> str:

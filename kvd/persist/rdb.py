@@ -21,7 +21,9 @@ string, functions and module data are refused with the type's name, since kvd st
 told to pass keys of other types over (lists, sets, sorted sets, hashes and streams of every encoding), counting
 them by type. Keys of a database other than 0 are refused likewise (kvd has database 0 only), unless it is told
 to pass them over too, whatever their type, counting them by database: what a replica of a Redis primary that
-uses several databases does.
+uses several databases does. Function libraries (a Redis 7 primary puts every library FUNCTION LOAD made in
+each file it writes) are refused too, kvd having no scripting, unless it is told to pass them over, counting
+them.
 
 Complexity: writing is O(size of the file) with one CRC pass (C, ``_dump.c``; about 1.4 GB/s). Reading is one
 pass holding one value and one 64 KiB block at a time: 2.3 us per small key against 4.8 reading field by field
@@ -40,8 +42,8 @@ MAGIC = b"REDIS"
 VERSION = 9
 MAX_VERSION = 11  # Redis 7.2
 
-OP_FUNCTION_PRE_GA = 0xF5
-OP_FUNCTION = 0xF6
+OP_FUNCTION = 0xF5  # RDB_OPCODE_FUNCTION2: one library's code (Redis 7.0 GA on)
+OP_FUNCTION_PRE_GA = 0xF6  # 7.0 rc1 and rc2: name, engine, [description], code
 OP_MODULE_AUX = 0xF7
 OP_IDLE = 0xF8
 OP_FREQ = 0xF9
@@ -104,13 +106,21 @@ class RdbReader:
     (a Redis primary drops them on load). The checksum is verified at the end when the file carries one; an
     error raises ``RdbError`` after the keys read so far were returned, so a caller may have written them."""
 
-    def __init__(self, stream: BinaryIO, skip_other_types: bool = False, skip_other_databases: bool = False) -> None:
+    def __init__(
+        self,
+        stream: BinaryIO,
+        skip_other_types: bool = False,
+        skip_other_databases: bool = False,
+        skip_functions: bool = False,
+    ) -> None:
         self._f = stream
         self.skip_other_types = skip_other_types  # keys of other types are passed over and counted in ``skipped``
         self.skipped: Counter[str] = Counter()
         # Keys of databases other than 0, of any type, are passed over and counted in ``other_databases`` (by db).
         self.skip_other_databases = skip_other_databases
         self.other_databases: Counter[int] = Counter()
+        self.skip_functions = skip_functions  # function libraries are passed over and counted in ``functions``
+        self.functions = 0
         self._db = 0
         # The file is read a block at a time; the fields are slices of the block (a small key is five of them),
         # and the checksum runs over each block's consumed bytes once, not over each field.
@@ -165,7 +175,10 @@ class RdbReader:
                     yield key, value, expire_at
                 expire_at = 0
             elif op in (OP_FUNCTION, OP_FUNCTION_PRE_GA):
-                raise RdbError(f"the file holds a function library (at byte {at}); kvd has no scripting")
+                if not self.skip_functions:
+                    raise RdbError(f"the file holds a function library (at byte {at}); kvd has no scripting")
+                self._skip_function(op)
+                self.functions += 1
             elif op == OP_MODULE_AUX:
                 raise RdbError(f"the file holds module data (at byte {at}); kvd has no modules")
             else:
@@ -274,6 +287,16 @@ class RdbReader:
                 self._string()
         else:  # streams: 15 (5.0), 19 (7.0), 21 (7.2)
             self._skip_stream(op)
+
+    def _skip_function(self, op: int) -> None:
+        """Read past a function library (``rdbFunctionLoad``): its code; before 7.0 GA, name, engine, an optional
+        description and the code."""
+        if op == OP_FUNCTION_PRE_GA:
+            self._string()  # name
+            self._string()  # engine
+            if self._length():
+                self._string()  # description
+        self._string()
 
     def _skip_stream(self, op: int) -> None:
         for _ in range(self._length()):  # listpacks: master id, listpack

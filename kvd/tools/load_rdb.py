@@ -16,9 +16,9 @@ writes nothing; then to load it. From a pipe there is one pass, and damage found
 reported after the earlier batches were written.
 
 Exit status: 0 when every key was written; 1 when the file is damaged or not one kvd can load (another type
-than strings without ``--skip-other-types``, keys of a database other than 0 without ``--skip-other-databases``:
-the message names the byte offset; kvd has database 0 only, and merging a file's databases into it would let
-one database's key overwrite another's), when the
+than strings without ``--skip-other-types``, keys of a database other than 0 without ``--skip-other-databases``,
+function libraries without ``--skip-functions``: the message names the byte offset; kvd has database 0 only, and
+merging a file's databases into it would let one database's key overwrite another's), when the
 server refuses a write (the first refusal is printed, with its key: OOM, MISCONF, NOAUTH), or when it cannot be
 reached. Keys written before the error stay written, and the message says how many.
 """
@@ -46,10 +46,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with sys.stdin.buffer if args.file == "-" else open(args.file, "rb") as f:
             if f.seekable():  # a file, not a pipe: check it whole before the first write
-                for _ in RdbReader(f, args.skip_other_types, args.skip_other_databases):
+                for _ in RdbReader(f, args.skip_other_types, args.skip_other_databases, args.skip_functions):
                     pass
                 f.seek(0)
-            reader = RdbReader(f, args.skip_other_types, args.skip_other_databases)
+            reader = RdbReader(f, args.skip_other_types, args.skip_other_databases, args.skip_functions)
             loader.load(reader)
     except OSError as exc:
         return _fail(f"{args.file}: {exc.strerror or exc}", loader)
@@ -57,7 +57,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(f"{args.file}: {exc}", loader)
     except redis.RedisError as exc:
         return _fail(f"{args.host}:{args.port}: {exc}", loader)
-    print(loader.summary(args.file, f"{args.host}:{args.port}", reader.skipped, reader.other_databases))
+    print(
+        loader.summary(args.file, f"{args.host}:{args.port}", reader.skipped, reader.other_databases, reader.functions)
+    )
     return 0
 
 
@@ -122,6 +124,7 @@ class Loader:
         target: str,
         other_types: dict[str, int] | None = None,
         other_databases: dict[int, int] | None = None,
+        functions: int = 0,
     ) -> str:
         text = f"loaded {self.written} keys ({self.bytes} bytes of keys and values) from {source} into {target}"
         skipped = [f"{self.expired} expired"] if self.expired else []
@@ -133,6 +136,8 @@ class Loader:
         if other_databases:
             dbs = ", ".join(f"{n} in database {db}" for db, n in sorted(other_databases.items()))
             skipped.append(f"{sum(other_databases.values())} of other databases ({dbs})")
+        if functions:
+            skipped.append(f"{functions} function {'library' if functions == 1 else 'libraries'}")
         return text + (f"; skipped {', '.join(skipped)}" if skipped else "")
 
 
@@ -164,6 +169,12 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="pass over the keys of databases other than 0 (counted) instead of stopping at the first; kvd has "
         "database 0 only",
+    )
+    p.add_argument(
+        "--skip-functions",
+        action="store_true",
+        help="pass over the function libraries of a Redis 7 file (counted) instead of stopping at the first; kvd "
+        "has no scripting",
     )
     p.add_argument("--batch-bytes", type=int, default=8 << 20, help="bytes per pipelined batch (default 8 MiB)")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for a batch's replies")

@@ -191,3 +191,19 @@ def test_keys_of_other_databases_can_be_passed_over(server, redis):
     assert b"skipped 2 of other databases (2 in database 3)" in r.stdout, r.stdout
     k = server.client()
     assert sorted(k.keys("*")) == [b"a", b"b"] and k.get("a") == b"1"
+
+
+def test_function_libraries_can_be_passed_over(server, redis):
+    """Redis 7 writes every library FUNCTION LOAD made into each file: refused as it is (kvd has no scripting),
+    and with --skip-functions the strings load and the libraries are counted."""
+    c = redis.client()
+    c.set("s", "v")
+    c.function_load("#!lua name=lib\nredis.register_function('f', function() return 1 end)")
+    assert c.save()
+    path = str(redis.dir / "dump.rdb")
+    r = load(server, path)
+    assert r.returncode == 1 and b"holds a function library" in r.stderr and b"kvd has no scripting" in r.stderr
+    r = load(server, path, "--skip-functions")
+    assert r.returncode == 0, r.stderr
+    assert b"skipped 1 function library" in r.stdout, r.stdout
+    assert server.client().keys("*") == [b"s"]

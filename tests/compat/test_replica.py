@@ -908,3 +908,30 @@ def test_keys_past_their_deadline_wait_for_the_primary_s_del(server):
         r.replicaof("NO", "ONE")
         r.config_set("replica-read-only", "yes")
         fake.close()
+
+
+def test_a_primary_s_function_libraries_neither_stop_the_sync_nor_the_stream(server, redis_server):
+    """A Redis 7 primary puts its function libraries in every snapshot, and sends FUNCTION LOAD, DELETE, FLUSH and
+    RESTORE down its stream: the replica syncs and follows, and counts no error for them (kvd, which has no
+    scripting, passes them over and says so in its log)."""
+    p = redis_server.client()
+    p.config_set("repl-diskless-sync-delay", 0)
+    p.set("before", "1")
+    p.function_load("#!lua name=lib1\nredis.register_function('f1', function() return 1 end)")
+    r = follow(server, redis_server)
+    same(p, r)
+    errors = r.info("stats")["total_error_replies"]
+    p.function_load("#!lua name=lib2\nredis.register_function('f2', function() return 2 end)")
+    dump = p.function_dump()
+    p.function_delete("lib2")
+    p.function_flush()
+    p.function_restore(dump)
+    p.set("after", "2")
+    same(p, r)
+    assert r.mget("before", "after") == [b"1", b"2"]
+    assert r.info("stats")["total_error_replies"] == errors, r.info("errorstats")
+    if server.kind == "kvd":
+        logged = " ".join(server.stderr_text().split())
+        assert "passed over, kvd has no scripting: 1 function library" in logged
+        assert "kvd has no scripting, and passes FUNCTION and SCRIPT over" in logged
+        assert "kvd refused a command from its primary" not in logged

@@ -71,3 +71,22 @@ def test_other_databases_are_passed_over_when_asked():
     reader = rdb.RdbReader(io.BytesIO(data), skip_other_databases=True)
     assert list(reader) == [(b"a", b"1", 0), (b"b", b"2", 0)]
     assert reader.other_databases == {1: 2, 2: 1} and not reader.skipped
+
+
+def test_function_libraries_are_passed_over_when_asked():
+    """A Redis 7 file holds its function libraries before the keys: the code alone (7.0 GA on), or before 7.0 GA
+    name, engine, an optional description and the code. Refused by default (kvd has no scripting), and with
+    ``skip_functions`` read past and counted."""
+    code = b"#!lua name=lib\nredis.register_function('f', function() return 1 end)"
+    body = bytearray(rdb.preamble(1, 0, [(b"redis-ver", b"7.0.15")]))
+    body += bytes([rdb.OP_FUNCTION]) + rdb.encode_string(code)
+    body += bytes([rdb.OP_FUNCTION_PRE_GA]) + b"\x03old\x03LUA\x01\x04desc" + rdb.encode_string(b"return 1")
+    body += bytes([rdb.OP_FUNCTION_PRE_GA]) + b"\x04old2\x03LUA\x00" + rdb.encode_string(b"return 2")
+    body += rdb.key_header(b"a", 1, 0) + b"1"
+    body += rdb.EOF
+    data = bytes(body) + rdb.trailer(crc64_update(bytes(body), 0))
+    with pytest.raises(rdb.RdbError, match="holds a function library .*kvd has no scripting"):
+        read(data)
+    reader = rdb.RdbReader(io.BytesIO(data), skip_functions=True)
+    assert list(reader) == [(b"a", b"1", 0)]
+    assert reader.functions == 3
