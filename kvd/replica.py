@@ -57,16 +57,18 @@ for the primary's keys, only the ``del`` of its DEL. The background sweep delete
 replica's own clients set (a writable replica's, as Redis's ``expireSlaveKeys``); a writable replica's write to
 a key past its deadline overwrites it without deleting it first (Redis deletes it, with an ``expired`` event).
 
-What differs from a Redis replica: kvd holds database 0 only (a Redis primary's other databases are passed over,
-in the snapshot and in the stream; a MOVE, COPY or SWAPDB that brings another database's data into database 0
-costs a full resynchronisation: ``PrimaryClient._passed_over``), and the RAM tier's eviction applies (with
-persistence on it only moves values to disk; without it a replica over ``maxmemory`` drops keys the primary still
-has). Sub-replicas of a kvd replica follow the replica's own stream (its ``master_replid``), not the top
-primary's. When the replica is promoted (REPLICAOF NO ONE, its primary's FAILOVER) with the primary's stream
-applied to a known offset, its stream goes on numbered as the primary's, under a new replid with the primary's as
-the second (``ReplicationFeed.take_over_history``): the primary's other replicas continue from it without a
-snapshot, and its own sub-replicas resynchronise; from then on it expires keys by its own clock. With
-``tls-replication`` the link is TLS, the primary verified with ``tls-ca-cert-file`` (``client_tls_context``).
+What differs from a Redis replica: kvd holds strings only (a key the primary makes another type, by SUNIONSTORE,
+RESTORE, RENAME..., is deleted on the replica: ``PrimaryClient``) and database 0 only (a Redis primary's other
+databases are passed over, in the snapshot and in the stream; a MOVE, COPY or SWAPDB that brings another
+database's data into database 0 costs a full resynchronisation: ``PrimaryClient._passed_over``), and the RAM
+tier's eviction applies (with persistence on it only moves values to disk; without it a replica over
+``maxmemory`` drops keys the primary still has). Sub-replicas of a kvd replica follow the replica's own stream
+(its ``master_replid``), not the top primary's. When the replica is promoted (REPLICAOF NO ONE, its primary's
+FAILOVER) with the primary's stream applied to a known offset, its stream goes on numbered as the primary's, under
+a new replid with the primary's as the second (``ReplicationFeed.take_over_history``): the primary's other
+replicas continue from it without a snapshot, and its own sub-replicas resynchronise; from then on it expires keys
+by its own clock. With ``tls-replication`` the link is TLS, the primary verified with ``tls-ca-cert-file``
+(``client_tls_context``).
 """
 
 from __future__ import annotations
@@ -88,6 +90,7 @@ from kvd.commands import COMMANDS
 from kvd.commands.registry import ALIASES
 from kvd.connection import DISCARD, Client
 from kvd.notify import GENERIC, notify
+from kvd.persist.dump import other_type
 from kvd.persist.rdb import RdbError, RdbReader
 from kvd.store.keyspace import from_primary, now_ms
 
@@ -244,7 +247,8 @@ class PrimaryClient(Client):
     A command kvd does not know or refuses before it runs (a Redis primary's LPUSH, HSET...) is logged and counted
     as every error to the primary is, and passed over; inside a MULTI it does not fail the EXEC (``Client.
     flags_transactions``), so the string writes of a transaction or script that also touched a list still
-    arrive."""
+    arrive. One that leaves another type where kvd holds a string (SUNIONSTORE, RESTORE of a list's payload,
+    RENAME of a list...) deletes that string instead (``_other_command``, ``_source_elsewhere``)."""
 
     flags_transactions = False
 
@@ -356,8 +360,10 @@ class PrimaryClient(Client):
     # -- commands kvd does not know: other types, scripting -----------------------------------------------------
     #
     # A Redis primary's commands on lists, sets, hashes... are run as sent, so kvd refuses them (logged, counted,
-    # the stream goes on): kvd holds none of those keys. FUNCTION and SCRIPT change no data: they are passed
-    # over, said once in the log.
+    # the stream goes on): kvd holds none of those keys. Those that write another type over a destination
+    # whatever it held (SUNIONSTORE, ZRANGESTORE, GEOSEARCHSTORE, GEORADIUS ... STORE: ``_OVERWRITES``) delete
+    # that destination instead: a string there is gone on the primary. FUNCTION and SCRIPT change no data: they
+    # are passed over, said once in the log.
 
     def _other_command(self, argv: list[Any]) -> bool:
         name = bytes(argv[0]).lower()
@@ -372,12 +378,33 @@ class PrimaryClient(Client):
                     name.decode().upper(),
                 )
             return True
+        overwritten = _OVERWRITES.get(name)
         db = self.link.db
         if self._multi is not None:
+            if overwritten is not None:
+                self._multi.append(argv)  # queued as the primary queued it: its turn in the EXEC deletes
+                return True
             # Refused now, as kvd cannot queue it (quietly when it is for another database, as a SELECT already
             # queued may say).
             return (self._queued_db if self._queued_db is not None else db) != 0
-        return db != 0  # another type's command (LPUSH...) for another database: nothing of kvd's
+        if overwritten is None:
+            return db != 0  # another type's command (LPUSH...) for another database: nothing of kvd's
+        if db == 0:
+            for raw in overwritten(argv):
+                key = bytes(raw)
+                self._delete(key, (b"del", key))
+        return True
+
+    def _restore(self, argv: list[Any]) -> bool:
+        """RESTORE of a payload of another type (a list DUMPed on the primary): as for ``_OVERWRITES``, the key
+        is that type now, so a string held there goes."""
+        if self.link.db != 0:
+            return True
+        if len(argv) < 4 or other_type(argv[3]) is None:
+            return False
+        key = bytes(argv[1])
+        self._delete(key, (b"del", key))
+        return True
 
     def _select(self, argv: list[Any]) -> bool:
         index = _db_index(argv[1]) if len(argv) == 2 else None
@@ -526,9 +553,51 @@ _DATABASE_COMMANDS = {
     "copy": PrimaryClient._copy,
     "rename": PrimaryClient._rename,
     "renamenx": PrimaryClient._rename,
+    "restore": PrimaryClient._restore,
+    "restore-asking": PrimaryClient._restore,
 }
 
 
+def _destination(argv: list[Any]) -> list[Any]:
+    return argv[1:2]
+
+
+def _store_option(first_option: int) -> Any:
+    """GEORADIUS's and GEORADIUSBYMEMBER's destination: the key after the last STORE or STOREDIST among the
+    options, which start at ``first_option`` (COUNT takes an argument), as georadiusGeneric parses them."""
+
+    def find(argv: list[Any]) -> list[Any]:
+        found = []
+        i = first_option
+        while i < len(argv) - 1:
+            word = bytes(argv[i]).lower()
+            if word == b"count":
+                i += 1
+            elif word in (b"store", b"storedist"):
+                found = [argv[i + 1]]
+                i += 1
+            i += 1
+        return found
+
+    return find
+
+
+# Redis's commands (7.0 to 7.4) that write a key of another type whatever the key held: Redis's key specs flag
+# their destination OW (SINTERSTORE's only from 7.2 on). kvd's own commands with such a key (SET, MSET, COPY,
+# RENAME, BITOP, SORT ... STORE, RESTORE) run as they are, or are handled above; tests/compat/test_replica.py
+# checks that Redis has no other.
+_OVERWRITES = {
+    b"sunionstore": _destination,
+    b"sinterstore": _destination,
+    b"sdiffstore": _destination,
+    b"zunionstore": _destination,
+    b"zinterstore": _destination,
+    b"zdiffstore": _destination,
+    b"zrangestore": _destination,
+    b"geosearchstore": _destination,
+    b"georadius": _store_option(6),
+    b"georadiusbymember": _store_option(5),
+}
 _NO_DATA = frozenset({b"function", b"script"})  # function libraries and the script cache
 
 

@@ -51,6 +51,27 @@ def dump_payload(value: bytes | bytearray | memoryview) -> bytes:
 
 def load_payload(payload: bytes | bytearray | memoryview) -> bytes:
     """The string a payload holds; PayloadError with Redis's words when it is not one kvd can store."""
+    body = _payload_body(payload)
+    kind = body[0]
+    if kind != STRING:
+        name = _TYPES.get(kind)
+        if name is None:
+            raise PayloadError("ERR Bad data format")
+        raise PayloadError(f"ERR Bad data format: the payload holds a {name}, and kvd stores strings only")
+    value, _ = decode_string(body, 1)
+    return value
+
+
+def other_type(payload: bytes | bytearray | memoryview) -> str | None:
+    """The type of the value a whole, checksummed payload holds when it is one kvd does not store ("list",
+    "hash"...); None for a string or a payload RESTORE refuses anyway (a wrong checksum, an unknown type)."""
+    try:
+        return _TYPES.get(_payload_body(payload)[0])
+    except PayloadError:
+        return None
+
+
+def _payload_body(payload: bytes | bytearray | memoryview) -> memoryview:
     data = memoryview(payload)
     if len(data) < 10:
         raise PayloadError("ERR DUMP payload version or checksum are wrong")
@@ -60,14 +81,7 @@ def load_payload(payload: bytes | bytearray | memoryview) -> bytes:
     body = data[:-10]
     if not len(body):
         raise PayloadError("ERR Bad data format")
-    kind = body[0]
-    if kind != STRING:
-        name = _TYPES.get(kind)
-        if name is None:
-            raise PayloadError("ERR Bad data format")
-        raise PayloadError(f"ERR Bad data format: the payload holds a {name}, and kvd stores strings only")
-    value, _ = decode_string(body, 1)
-    return value
+    return body
 
 
 # -- string encodings (shared with RDB files, kvd/persist/rdb.py) -------------------------------------------

@@ -935,3 +935,67 @@ def test_a_primary_s_function_libraries_neither_stop_the_sync_nor_the_stream(ser
         assert "passed over, kvd has no scripting: 1 function library" in logged
         assert "kvd has no scripting, and passes FUNCTION and SCRIPT over" in logged
         assert "kvd refused a command from its primary" not in logged
+
+
+@pytest.mark.kvd_only  # kvd passes keys of other types over; a Redis replica holds them
+def test_a_command_that_writes_another_type_over_a_string_removes_it(server, redis_server):
+    """Every Redis command that writes a set, sorted set or list over a destination whatever it held (the STORE
+    family, GEORADIUS ... STORE, RESTORE of a set's payload, SORT ... STORE), also inside a transaction in its
+    turn: the string there is gone on the primary, so the replica, which holds strings only, must not keep it. A
+    string such a command only reads stays, and a string written there later arrives."""
+    p = redis_server.client()
+    r = follow(server, redis_server)
+    dests = [f"d{i}" for i in range(1, 14)]
+    p.mset({**{d: "v" for d in dests}, "keep": "v", "t1": "v", "t2": "v", "t3": "v"})
+    p.sadd("set", "x")
+    p.zadd("zset", {"x": 1})
+    p.geoadd("geo", (13.361389, 38.115556, "palermo"))
+    p.rpush("list", "b", "a")
+    assert p.execute_command("WAIT", 1, 10_000) == 1
+    errors = r.info("stats")["total_error_replies"]  # kvd refused those four
+    p.sunionstore("d1", ["set"])
+    p.sinterstore("d2", ["set"])
+    p.sdiffstore("d3", ["set"])
+    p.zunionstore("d4", ["zset"])
+    p.zinterstore("d5", ["zset"])
+    p.zdiffstore("d6", ["zset"])
+    p.zrangestore("d7", "zset", 0, -1)
+    p.geosearchstore("d8", "geo", longitude=13.36, latitude=38.11, radius=100, unit="km")
+    p.execute_command("GEORADIUS", "geo", 13.36, 38.11, 100, "km", "COUNT", 1, "STORE", "keep", "STORE", "d9")
+    p.execute_command("GEORADIUSBYMEMBER", "geo", "palermo", 100, "km", "STOREDIST", "d10")
+    p.restore("d11", 0, p.dump("set"), replace=True)
+    p.sort("list", get="keep", alpha=True, store="d12")  # reads the string "keep", writes a list over d12
+    p.sunionstore("d13", ["no-such-set"])  # an empty result: the primary deletes the destination
+    with p.pipeline(transaction=True) as tx:  # in its turn: after the SET queued before it, before the one after
+        tx.set("t1", "new").sunionstore("t1", ["set"]).sunionstore("t2", ["set"]).set("t2", "new").execute()
+    with redis_server.raw() as raw:  # in database 1: database 0's t3 stays
+        for command in (["MULTI"], ["SELECT", "1"], ["SUNIONSTORE", "t3", "set"], ["EXEC"]):
+            raw.command(*command)
+    assert p.execute_command("WAIT", 1, 10_000) == 1
+    assert r.mget(*dests) == [None] * len(dests)
+    assert p.get("keep") == r.get("keep") == b"v"  # GEORADIUS's first STORE: the last one wins
+    assert r.mget("t1", "t2", "t3") == [None, b"new", b"v"]
+    assert r.info("stats")["total_error_replies"] == errors  # none of them was refused
+    p.set("d1", "back")
+    assert p.execute_command("WAIT", 1, 10_000) == 1
+    assert r.get("d1") == b"back"
+
+
+@pytest.mark.kvd_only  # compares kvd's table with redis-server's
+def test_every_redis_command_that_overwrites_another_type_is_known(redis_server):
+    """Redis's key specs flag OW the keys a command writes whatever they held: each such command is either kvd's
+    own (it runs as sent) or one the replica turns into a delete (``kvd/replica.py``'s ``_OVERWRITES``)."""
+    from kvd.commands import COMMANDS
+    from kvd.replica import _OVERWRITES
+
+    with redis_server.raw() as raw:
+        table = parse(raw.command("COMMAND"))
+    overwriting = set()
+    for entry in table:
+        for spec in entry[8]:
+            flags = spec[spec.index(b"flags") + 1]
+            if "OW" in flags:  # simple strings parse to str
+                overwriting.add(entry[0].lower())
+    assert len(overwriting) > 15
+    missing = {name for name in overwriting if name not in COMMANDS and name not in _OVERWRITES}
+    assert not missing
