@@ -62,7 +62,7 @@ from kvd.protocol.lowat import ReceiveLowWater
 from kvd.protocol.parser import RequestParser
 from kvd.protocol.receive import Receiver
 from kvd.protocol.reply import Buffer, ReplyWriter
-from kvd.store.keyspace import OutOfMemory
+from kvd.store.keyspace import OutOfMemory, own_write
 
 if TYPE_CHECKING:
     from kvd.pubsub import Subscriptions
@@ -436,6 +436,8 @@ class Client(asyncio.BufferedProtocol):
             refused = self.server.refusal(cmd, argv, writes)
             if refused:
                 return self._refuse(cmd, refused, argv)
+            if cmd.is_write and multi is None and self.keyspace.primary_expires and not own_write.get():
+                return self._own_write(argv)
         if multi is not None and cmd.name not in _RUN_IN_MULTI:
             multi.append(argv)
             self.reply.raw(b"+QUEUED\r\n")
@@ -510,6 +512,19 @@ class Client(asyncio.BufferedProtocol):
             self._multi_charge += sum(charge(argv) for argv in queued[self._multi_counted :])
             self._multi_counted = len(queued)
         return self._multi_charge
+
+    def _own_write(self, argv: list[Any]) -> Any:
+        """A writable replica's client's write: run with ``own_write`` set, so the keys past their deadline that it
+        looks up are deleted first, with the ``expired`` event, as Redis's lookupKeyWrite does on a writable
+        replica (a read-only one's clients cannot write, and the primary's commands see such keys)."""
+        token = own_write.set(True)
+        try:
+            result = self._execute(argv)
+            if asyncio.iscoroutine(result):
+                result = asyncio.ensure_future(result)  # what runs after a disk read: the task copies the context
+            return result
+        finally:
+            own_write.reset(token)
 
     def _may_run_protected(self, cmd: Any, argv: list[Any]) -> bool:
         """Whether the setting that guards ``cmd`` (or, for a container such as MODULE, the subcommand in

@@ -54,8 +54,9 @@ master client): a replica that applies the stream late (a busy replica, a slow l
 minutes) still takes the primary's PERSIST or later deadline for a key whose first deadline has passed on its
 own clock, where deleting the key itself would lose it for good. So the replica publishes no ``expired`` event
 for the primary's keys, only the ``del`` of its DEL. The background sweep deletes only keys whose deadline the
-replica's own clients set (a writable replica's, as Redis's ``expireSlaveKeys``); a writable replica's write to
-a key past its deadline overwrites it without deleting it first (Redis deletes it, with an ``expired`` event).
+replica's own clients set (a writable replica's, as Redis's ``expireSlaveKeys``). A writable replica's own write
+to a key past its deadline deletes it first, with an ``expired`` event, as Redis's lookupKeyWrite does there
+(``own_write``), and its own DEL deletes it and counts it, as Redis's does.
 
 What differs from a Redis replica: kvd holds strings only (a key the primary makes another type, by SUNIONSTORE,
 RESTORE, RENAME..., is deleted on the replica: ``PrimaryClient``) and database 0 only (a Redis primary's other

@@ -115,7 +115,7 @@ class Server:
         # What a client may run (Client._execute asks refusal() only while gated is set, so a primary's commands
         # pay one attribute test): writes are refused on a read-only replica and on a primary short of
         # min-replicas-to-write good replicas, most commands while a snapshot loads, and most while the link is
-        # down if stale data must not be served.
+        # down if stale data must not be served; a writable replica's writes run with ``own_write``.
         self.read_only = False
         self.loading: LoadProgress | None = None  # a replica loading its primary's snapshot (kvd/replica.py)
         self.gated = False
@@ -240,8 +240,8 @@ class Server:
             if not following:
                 self.keyspace._evict()  # its own maxmemory-policy again, at once
         self.min_replicas = 0 if replica or not s.min_replicas_max_lag else s.min_replicas_to_write
-        never_stale = replica and not s.replica_serve_stale_data
-        self.gated = self.read_only or self.loading is not None or never_stale or self.min_replicas > 0
+        # A writable replica too: its clients' writes delete keys past their deadline first (Client._own_write).
+        self.gated = replica or self.loading is not None or self.min_replicas > 0
 
     def refusal(self, cmd: Command, argv: list[Any], writes: bool) -> str:
         """The error a client's command gets instead of running, or '' if it may run; asked only while ``gated``.

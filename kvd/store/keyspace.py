@@ -94,6 +94,10 @@ def now_ms() -> int:
 # Set while the code running applies a replica's primary's stream or snapshot (kvd/replica.py): on a replica it sees
 # keys past their deadline, which only the primary expires (Redis's expireIfNeeded for its master client).
 from_primary: ContextVar[bool] = ContextVar("from_primary", default=False)
+# Set while a writable replica's own client runs a write command (kvd/connection.py): a key past its deadline that
+# it looks up or overwrites is deleted first, with the ``expired`` event, as Redis's lookupKeyWrite deletes it on a
+# writable replica (and as a primary deletes it at any look-up).
+own_write: ContextVar[bool] = ContextVar("own_write", default=False)
 
 
 _move_to_end = LruList.move_to_end  # under LFU a read skips LfuOrder's save and restore of atime
@@ -222,19 +226,29 @@ class Keyspace:
 
     def lookup(self, key: bytes, now: int | None = None) -> Entry | None:
         """The live entry for ``key`` (expired keys are removed on the spot), without touching the LRU. On a
-        replica an expired key is absent without being removed, except to the primary's commands, which see it."""
+        replica an expired key is absent without being removed, except to the primary's commands, which see it,
+        and to a writable replica's own writes (``own_write``), which remove it."""
         entry = self._entries.get(key)
         if entry is None:
             return None
         if entry.expire_at and entry.expire_at <= (now or now_ms()):
             if self.primary_expires:
-                return entry if from_primary.get() else None
-            self._remove(key, entry, log_delete=False)
-            self.stats.expired_keys += 1
-            if self.events is not None:
-                self.events.emit(EXPIRED, b"expired", key)
+                if from_primary.get():
+                    return entry
+                if not own_write.get():
+                    return None
+            self._expire(key, entry)
             return None
         return entry
+
+    def _expire(self, key: bytes, entry: Entry) -> None:
+        """Delete a key whose deadline has passed, with the ``expired`` event. A primary logs no delete: recovery
+        drops such a key by its deadline. A replica's recovery keeps it (the primary's DEL decides), so there the
+        delete is logged."""
+        self._remove(key, entry, log_delete=self.primary_expires)
+        self.stats.expired_keys += 1
+        if self.events is not None:
+            self.events.emit(EXPIRED, b"expired", key)
 
     def peek(self, key: bytes) -> Entry | None:
         """The entry as stored, past its deadline or not, counting and touching nothing (DEBUG OBJECT, as Redis's
@@ -481,8 +495,11 @@ class Keyspace:
         ``rename``: the value is about to leave its old key, so it is no reason to evict. ``history``: what an
         overwrite does to the key's access history (TOUCHED, KEPT, FRESH above; under LRU every write makes it
         the most recent, as in Redis, so only the LFU counter differs)."""
-        seg_log = self.log
         old = self._entries.get(key)
+        if old is not None and old.expire_at and self.primary_expires and own_write.get() and old.expire_at <= now_ms():
+            self._expire(key, old)  # a writable replica's own write over a key past its deadline (``own_write``)
+            old = None
+        seg_log = self.log
         if seg_log is not None:
             loc = seg_log.append_set(key, value, expire_at, (old.loc, old.expire_at) if old is not None else NO_RECORD)
         else:
@@ -638,7 +655,10 @@ class Keyspace:
         return True
 
     def delete(self, key: bytes) -> bool:
-        entry = self.lookup(key)
+        """Delete ``key``; False if it is missing. On a replica a key past its deadline is deleted too: by the
+        primary's DEL, and by a writable replica's own DEL, UNLINK, GETDEL... as Redis's dbSyncDelete deletes it
+        there (a DEL of such a key counts it, with a ``del`` event, not ``expired``)."""
+        entry = self._entries.get(key) if self.primary_expires else self.lookup(key)
         if entry is None:
             return False
         self._remove(key, entry, log_delete=True)
@@ -741,11 +761,8 @@ class Keyspace:
                 if entry.expire_at == deadline:
                     self.local_deadlines.discard(key)
             if entry is not None and entry.expire_at == deadline:
-                self._remove(key, entry, log_delete=False)
-                self.stats.expired_keys += 1
+                self._expire(key, entry)
                 done += 1
-                if self.events is not None:
-                    self.events.emit(EXPIRED, b"expired", key)
         return done
 
     def set_replica(self, replica: bool) -> None:

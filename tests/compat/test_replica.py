@@ -999,3 +999,51 @@ def test_every_redis_command_that_overwrites_another_type_is_known(redis_server)
     assert len(overwriting) > 15
     missing = {name for name in overwriting if name not in COMMANDS and name not in _OVERWRITES}
     assert not missing
+
+
+def test_a_writable_replica_s_own_writes_delete_keys_past_their_deadline_first(server):
+    """As Redis 7.0's lookupKeyWrite on a writable replica: a client's write to a key past its deadline (which the
+    primary has not yet deleted) deletes it first, with an ``expired`` event, then writes (SET, APPEND, SETNX), or
+    finds it missing (EXPIRE, PERSIST: 0); a DEL deletes it and counts it, with a ``del`` event (Redis's
+    dbSyncDelete); reads only hide it."""
+    r = server.client()
+    r.config_set("notify-keyspace-events", "KEA")
+    past = int(time.time() * 1000) - 10_000
+    snapshot = _rdb_with([(b"k%d" % i, b"v", past) for i in range(1, 7)])
+    fake = FakePrimary(b"$%d\r\n" % len(snapshot) + snapshot, hold=60)
+    sub = server.raw()
+    try:
+        r.config_set("replica-read-only", "no")
+        sub.send_command("PSUBSCRIBE", "__keyevent@0__:*")
+        sub.read_reply()
+        r.replicaof(fake.host, fake.port)
+        wait_link(r, server, timeout=10)
+        expired = r.info("stats")["expired_keys"]
+        assert (r.dbsize(), r.get("k1"), r.exists("k2")) == (6, None, 0)
+        assert r.set("k1", "mine")
+        assert r.delete("k2") == 1
+        assert r.append("k3", "x") == 1 and r.get("k3") == b"x"
+        assert r.setnx("k4", "1")
+        assert r.expire("k5", 100) is False
+        assert r.persist("k6") is False
+        assert (r.dbsize(), r.info("stats")["expired_keys"] - expired) == (3, 5)
+        r.publish("__keyevent@0__:~mark", "-")
+        events = []
+        while (message := parse(sub.read_reply()))[2] != b"__keyevent@0__:~mark":
+            events.append((message[2].removeprefix(b"__keyevent@0__:").decode(), message[3].decode()))
+        assert events == [
+            ("expired", "k1"),
+            ("set", "k1"),
+            ("del", "k2"),
+            ("expired", "k3"),
+            ("append", "k3"),
+            ("expired", "k4"),
+            ("set", "k4"),
+            ("expired", "k5"),
+            ("expired", "k6"),
+        ], events
+    finally:
+        sub.close()
+        r.replicaof("NO", "ONE")
+        r.config_set("replica-read-only", "yes")
+        fake.close()
