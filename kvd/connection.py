@@ -182,7 +182,8 @@ class Client(asyncio.BufferedProtocol):
         self._multi: list[list[Any]] | None = None  # commands queued since MULTI
         self._multi_error = False  # a queued command was refused: EXEC answers EXECABORT
         self._multi_charge = self._multi_counted = 0  # the queue's request_charge so far (_queued_charge)
-        self._watched: dict[bytes, int] = {}  # key -> its change count at WATCH (Keyspace.changes)
+        # key -> its change count at WATCH, and whether it was past its deadline then (Keyspace.intact)
+        self._watched: dict[bytes, tuple[int, bool]] = {}
         self.executing_transaction = False  # EXEC is running the queue (MONITOR refuses to start then)
         self.monitoring = False  # sent MONITOR: sees every command, may not touch the keyspace
         self.blocked: asyncio.Future[bool] | None = None  # what a blocked WAIT / WAITAOF waits on (``block``)
@@ -1123,7 +1124,7 @@ class Client(asyncio.BufferedProtocol):
         """EXEC's work: the queue in order, or EXECABORT, or a null array for a changed WATCHed key. MONITOR
         shows ``exec_argv`` after the commands it ran, also when one of them waited for the disk."""
         queued, aborted = self._multi or [], self._multi_error
-        intact = all(self.keyspace.changes(key) == seen for key, seen in self._watched.items())
+        intact = all(self.keyspace.intact(key, seen, stale) for key, (seen, stale) in self._watched.items())
         self.discard_multi()
         if aborted or not intact:
             if aborted:

@@ -56,7 +56,8 @@ own clock, where deleting the key itself would lose it for good. So the replica 
 for the primary's keys, only the ``del`` of its DEL. The background sweep deletes only keys whose deadline the
 replica's own clients set (a writable replica's, as Redis's ``expireSlaveKeys``). A writable replica's own write
 to a key past its deadline deletes it first, with an ``expired`` event, as Redis's lookupKeyWrite does there
-(``own_write``), and its own DEL deletes it and counts it, as Redis's does.
+(``own_write``), and its own DEL deletes it and counts it, as Redis's does. A WATCHed key whose deadline passes
+fails the EXEC, as in Redis, though the replica still holds it (``Keyspace.intact``).
 
 What differs from a Redis replica: kvd holds strings only (a key the primary makes another type, by SUNIONSTORE,
 RESTORE, RENAME..., is deleted on the replica: ``PrimaryClient``) and database 0 only (a Redis primary's other

@@ -8,8 +8,10 @@ transaction refused for memory is refused whole (``Client._out_of_memory``). EXE
 nothing from other clients in between, with one exception: a command that reads a value from the disk tier yields
 the event loop while it reads (like any cold GET), so a transaction over cold values is ordered but not isolated
 from writers during that read. WATCH remembers how many times the keyspace had changed each key; every write,
-delete, expiry, eviction or TTL change of a watched key counts one more (``Keyspace.changes``), so EXEC replies
-with a null array if any watched key was changed since, even back to what it was (Redis's dirty flag).
+delete, expiry, eviction or TTL change of a watched key counts one more (``Keyspace.intact``), so EXEC replies
+with a null array if any watched key was changed since, even back to what it was (Redis's dirty flag). On a
+replica, which keeps keys past their deadline until its primary's DEL, a watched key whose deadline passes fails
+the EXEC too, and the DEL of one already past its deadline at WATCH does not, as in Redis 7.
 """
 
 from __future__ import annotations

@@ -169,6 +169,10 @@ class Keyspace:
         # was changed and changed back (created then deleted, a TTL set then removed) still fails it.
         self.watched: dict[bytes, int] = {}
         self._changes: dict[bytes, int] = {}
+        # A watched key's change count just after it was deleted while past its deadline (on a replica, which keeps
+        # such keys for its primary's DEL): for a client that watched it already past its deadline, that delete
+        # changes nothing (Redis's watchedKey.expired).
+        self._stale_deleted: dict[bytes, int] = {}
         # Keyspace notifications (kvd/notify.py), None while notify-keyspace-events is empty. The keyspace sends
         # the events no command names: new, expired, evicted, keymiss; commands send their own.
         self.events: KeyspaceEvents | None = None
@@ -458,11 +462,12 @@ class Keyspace:
 
     # -- WATCH -----------------------------------------------------------------------------------------------
 
-    def watch(self, key: bytes) -> int:
-        """Start counting the changes of ``key``; returns the count now, for ``changes`` to compare at EXEC."""
+    def watch(self, key: bytes) -> tuple[int, bool]:
+        """Start counting the changes of ``key``. Returns the count now, and whether the key is past its deadline
+        (only a replica keeps such a key), for ``intact`` to judge at EXEC."""
         self.lookup(key)  # a deadline that passed before WATCH is not a change after it
         self.watched[key] = self.watched.get(key, 0) + 1
-        return self._changes.setdefault(key, 0)
+        return self._changes.setdefault(key, 0), self._past_deadline(key)
 
     def unwatch(self, key: bytes) -> None:
         n = self.watched.pop(key, 0) - 1
@@ -470,11 +475,23 @@ class Keyspace:
             self.watched[key] = n
         else:
             self._changes.pop(key, None)
+            self._stale_deleted.pop(key, None)
 
-    def changes(self, key: bytes) -> int:
-        """How many times a watched ``key`` was written, deleted, expired or had its TTL changed."""
-        self.lookup(key)  # a deadline that has passed since WATCH is a change, as in Redis
-        return self._changes.get(key, 0)
+    def intact(self, key: bytes, seen: int, stale: bool) -> bool:
+        """Whether ``key`` is as it was at WATCH (``seen``, ``stale``: what ``watch`` returned), as Redis's EXEC
+        judges it: not written, deleted, expired or given another TTL since. A key whose deadline passes after
+        WATCH is changed, also on a replica, which keeps it for its primary's DEL (isWatchedKeyExpired); for a key
+        already past its deadline at WATCH (on a replica), its deletion is no change (touchWatchedKey), and any
+        other change is one (Redis 7.0 lets those pass too while the key stays, a ``break`` in touchWatchedKey)."""
+        self.lookup(key)  # a deadline that has passed since WATCH deletes the key on a primary: a change
+        changes = self._changes.get(key, 0)
+        if changes != seen:
+            return stale and changes == seen + 1 and self._stale_deleted.get(key) == changes
+        return stale or not self._past_deadline(key)
+
+    def _past_deadline(self, key: bytes) -> bool:
+        entry = self._entries.get(key)
+        return entry is not None and 0 < entry.expire_at <= now_ms()
 
     def _changed(self, key: bytes) -> None:
         if key in self.watched:
@@ -699,8 +716,9 @@ class Keyspace:
     def flush(self) -> int:
         removed = len(self._entries)
         for key in self.watched:
-            if key in self._entries:  # as Redis, a watched key that did not exist is not changed by a flush
-                self._changed(key)
+            entry = self._entries.get(key)
+            if entry is not None:  # as Redis, a watched key that did not exist is not changed by a flush
+                self._watched_deleted(key, entry)
         if self.tracking is not None:
             self.tracking.flush()
         if self.feed is not None:
@@ -896,8 +914,8 @@ class Keyspace:
 
     def _remove(self, key: bytes, entry: Entry, *, log_delete: bool, mark_dead: bool = True) -> None:
         del self._entries[key]
-        if self.watched:
-            self._changed(key)
+        if self.watched and key in self.watched:
+            self._watched_deleted(key, entry)
         if self.tracking is not None:
             self.tracking.invalidate(key)
         if self.feed is not None:
@@ -915,6 +933,11 @@ class Keyspace:
             if log_delete:
                 self.log.append_delete(key, (entry.loc, entry.expire_at))
         self._recycle(entry)
+
+    def _watched_deleted(self, key: bytes, entry: Entry) -> None:
+        self._changes[key] += 1
+        if 0 < entry.expire_at <= now_ms():
+            self._stale_deleted[key] = self._changes[key]
 
     def _fits(self, value: Value) -> bool:
         return not self.ram.budget or self.ram.value_charge(value) <= self.ram.budget // 2

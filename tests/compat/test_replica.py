@@ -1047,3 +1047,37 @@ def test_a_writable_replica_s_own_writes_delete_keys_past_their_deadline_first(s
         r.replicaof("NO", "ONE")
         r.config_set("replica-read-only", "yes")
         fake.close()
+
+
+def test_watch_on_a_replica_sees_deadlines_pass(server):
+    """As Redis 7: a watched key whose deadline passes after WATCH fails the EXEC, also on a replica that keeps it
+    until its primary's DEL (isWatchedKeyExpired); a key already past its deadline at WATCH does not, and neither
+    does the primary's DEL of it (no logical change), but its DEL then a new value does."""
+    r = server.client()
+    now = int(time.time() * 1000)
+    keys = [(b"soon", b"v", now + 1500), (b"gone", b"v", now - 10_000), (b"reborn", b"v", now - 10_000)]
+    snapshot = _rdb_with([*keys, (b"plain", b"v", 0)])
+    fake = FakePrimary(b"$%d\r\n" % len(snapshot) + snapshot, hold=60)
+    pipes = {name: server.client().pipeline() for name in ("soon", "gone", "reborn", "plain")}
+    try:
+        r.replicaof(fake.host, fake.port)
+        wait_link(r, server, timeout=10)
+        for name, pipe in pipes.items():
+            pipe.watch(name)
+        fake.send(["DEL", "gone"], ["DEL", "reborn"], ["SET", "reborn", "new"])
+        until(lambda: r.get("reborn") == b"new", "the primary's writes")
+        until(lambda: r.get("soon") is None, "the deadline of soon to pass", 10)
+        results = {}
+        for name, pipe in pipes.items():
+            pipe.multi()
+            pipe.ping()
+            try:
+                results[name] = pipe.execute()
+            except redis.WatchError:
+                results[name] = None
+        assert results == {"soon": None, "gone": [True], "reborn": None, "plain": [True]}
+    finally:
+        for pipe in pipes.values():
+            pipe.reset()
+        r.replicaof("NO", "ONE")
+        fake.close()
