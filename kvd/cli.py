@@ -147,7 +147,10 @@ async def _serve(settings: Settings) -> int:
                 logger=logging.getLogger("kvd.persist"),
             )
             seg_log.open_directory()
-            recovered, report = await asyncio.to_thread(_recover_with_progress, seg_log, now_ms())
+            # A replica keeps the keys past their deadline, as a Redis replica's rdbLoad does: the primary's DEL
+            # decides, and its stream, continued after a clean restart, may hold a PERSIST for one of them.
+            now = 0 if settings.replicaof else now_ms()
+            recovered, report = await asyncio.to_thread(_recover_with_progress, seg_log, now)
         except PersistError as exc:
             print(f"kvd: dir: {exc}", file=sys.stderr)
             return 2
@@ -159,6 +162,8 @@ async def _serve(settings: Settings) -> int:
         lfu_decay_time=settings.lfu_decay_time,
         maxmemory_samples=settings.maxmemory_samples,
     )
+    if settings.replicaof:
+        keyspace.set_replica(True)  # before the first key: one past its deadline is hidden, never deleted
     identity = link_identity = None
     if seg_log is not None:
         from kvd.replication import LINK_IDENTITY_FILE, take_identity

@@ -45,7 +45,8 @@ The history is kept while the process runs and forgotten at ``REPLICAOF NO ONE``
 writes the history lacks). A clean shutdown with persistence on writes it to ``dir/replica-link.id`` once the log
 is flushed (``resumable``), and the next start takes it and asks to continue, so a restarted replica gets only
 what it missed, as a Redis replica does from the replid its RDB file keeps; after a crash the file is not there
-and the replica resynchronises fully.
+and the replica resynchronises fully. A replica's recovery keeps the keys past their deadline (kvd/cli.py), as a
+Redis replica's rdbLoad does: the stream it continues may hold the primary's PERSIST for one.
 
 Deadlines, as on a Redis replica: the primary expires keys and sends DEL, the replica does not expire them by its
 own clock. A key past its deadline is absent to clients (GET, EXISTS, TTL, SCAN, KEYS...) but kept until the

@@ -1081,3 +1081,29 @@ def test_watch_on_a_replica_sees_deadlines_pass(server):
             pipe.reset()
         r.replicaof("NO", "ONE")
         fake.close()
+
+
+@pytest.mark.kvd_only  # kvd's segment log and replica-link.id
+def test_a_restarted_replica_keeps_keys_past_their_deadline_for_its_primary(server_factory, redis_server):
+    """As a Redis replica's rdbLoad: a persistent replica's recovery keeps the keys past their deadline (hidden from
+    clients), since the primary decides. Here the primary made a key persistent while the replica was stopped, and
+    the replica restarts after the key's first deadline: the PERSIST it then gets from the primary's backlog finds
+    the key, which a recovery that dropped it would have lost for good."""
+    replica = server_factory("--persistence", "yes", "--appendfsync", "everysec")
+    p = redis_server.client()
+    r = follow(replica, redis_server)
+    p.set("k", "v", px=4000)
+    p.set("j", "v", px=4000)
+    deadline = time.monotonic() + 4
+    same(p, r)
+    partial = p.info("stats")["sync_partial_ok"]
+    replica.stop()
+    assert time.monotonic() < deadline - 0.5, "too slow to stop before the deadline"
+    p.persist("k")
+    time.sleep(max(0.0, deadline - time.monotonic()) + 0.5)
+    replica.restart(["--replicaof", f"{redis_server.host} {redis_server.port}"])
+    r = replica.client()
+    wait_link(r, replica)
+    assert p.info("stats")["sync_partial_ok"] == partial + 1
+    same(p, r)
+    assert r.get("k") == b"v" and r.ttl("k") == -1 and r.get("j") is None
