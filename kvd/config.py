@@ -904,11 +904,11 @@ def rewrite_toml(text: str, s: Settings) -> str:
             # A Redis alias (slaveof, slave-priority, ...), as redis-server does: the line is rewritten under the
             # current name, or dropped when the key is back at its default (REPLICAOF NO ONE drops slaveof).
             if current != spec.default:
-                out.append(f"{spec.name} = {_toml_value(spec, current)}")
+                out.append(f"{spec.name} = {_toml_value(spec, current)}{_trailing_comment(lines[i:end])}")
         elif unchanged:
             out.extend(lines[i:end])
         else:
-            out.append(f"{spec.name} = {_toml_value(spec, current)}")
+            out.append(f"{spec.name} = {_toml_value(spec, current)}{_trailing_comment(lines[i:end])}")
         seen.add(spec.name)
         i = end
     extra = [
@@ -927,6 +927,21 @@ def rewrite_toml(text: str, s: Settings) -> str:
         if spec is not None and _convert(spec, raw, from_text=False) != getattr(s, _attr(spec.name)):
             raise ValueError(f"{spec.name} would not read back as written")
     return result
+
+
+def _trailing_comment(lines: list[str]) -> str:
+    """The comment that ends a key's last line (``  # RAM tier budget``, with the blanks before it), or "": a
+    rewritten line keeps it. A '#' inside a string is no comment: the comment starts at the first '#' before which
+    the lines still read as the same key and value. Comments inside a value that spans lines are not kept."""
+    *head, last = lines
+    start = 0
+    while (hash_at := last.find("#", start)) >= 0:
+        fragment = "\n".join([*head, last[:hash_at]])
+        if _parses(fragment) and tomllib.loads(fragment) == tomllib.loads("\n".join(lines)):
+            code = last[:hash_at]
+            return (code[len(code.rstrip()) :] or " ") + last[hash_at:].rstrip()
+        start = hash_at + 1
+    return ""
 
 
 def _parses(fragment: str) -> bool:

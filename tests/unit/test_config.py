@@ -542,11 +542,36 @@ def test_rewrite_keeps_the_file_and_changes_only_what_changed() -> None:
     s = apply_runtime(s, "slowlog-max-len", "7")
     out = rewrite_toml(text, s)
     assert out.startswith('# my settings\nport = 7000  \n\nbind = [\n  "127.0.0.1",\n  "::1",\n]\n')
-    assert 'maxmemory = "2gb"\n' in out  # changed: the line is replaced (its comment goes with it)
+    assert 'maxmemory = "2gb"  # the RAM tier\n' in out  # changed: the line is replaced, its comment kept
     tail = out.split(REWRITE_MARK + "\n", 1)[1]
     assert tail == 'requirepass = "p\\"w\\\\x"\nslowlog-max-len = 7\n'  # not in the file and not default
     assert load_settings_from_text(out) == s  # and it reads back as the running settings
     assert rewrite_toml(out, s) == out  # a second rewrite changes nothing
+
+
+def test_rewrite_keeps_the_comment_at_the_end_of_a_changed_line() -> None:
+    from kvd.config import apply_runtime, rewrite_toml
+
+    text = (
+        'maxmemory = "1gb"  # RAM tier budget\n'
+        'requirepass = "a#b" # not the comment: the string\'s\n'
+        "hz=10#no blank before it\n"
+        "slave-priority = 50   # an alias, renamed\n"
+        'bind = [\n  "127.0.0.1", # only the last line\'s comment stays\n]  # listen here\n'
+    )
+    s = load_settings_from_text(text)
+    for key, value in (("maxmemory", "2gb"), ("requirepass", "c#d"), ("hz", "20"), ("replica-priority", "7")):
+        s = apply_runtime(s, key, value)
+    s = dataclasses.replace(s, bind=("127.0.0.1", "::1"))
+    out = rewrite_toml(text, s)
+    assert out == (
+        'maxmemory = "2gb"  # RAM tier budget\n'
+        'requirepass = "c#d" # not the comment: the string\'s\n'
+        "hz = 20 #no blank before it\n"
+        "replica-priority = 7   # an alias, renamed\n"
+        'bind = ["127.0.0.1", "::1"]  # listen here\n'
+    )
+    assert load_settings_from_text(out) == s
 
 
 def load_settings_from_text(text: str) -> Settings:
