@@ -447,7 +447,7 @@ class Settings:
         "Diagnostics",
         choices=("no", "yes", "local"),
     )
-    # Not a key: where the settings came from (None = defaults and command line only).
+    # Not a key: the file the settings came from, as an absolute path (None = defaults and command line only).
     config_file: str | None = None
 
 
@@ -722,7 +722,10 @@ def load_settings(config_path: str | None, overrides: Sequence[str] = ()) -> Set
         else:
             where = config_path + (" (with command-line overrides)" if args else "")
         raise _fail(where, problem)
-    return Settings(**{_attr(k): v for k, v in values.items()}, config_file=config_path)
+    # Absolute, as Redis makes it at start (getAbsolutePath): INFO shows it, and CONFIG REWRITE and DEBUG RESTART
+    # find the same file whatever the working directory (kvd never changes it; Redis moves into dir).
+    config_file = os.path.abspath(config_path) if config_path is not None else None
+    return Settings(**{_attr(k): v for k, v in values.items()}, config_file=config_file)
 
 
 def _read_toml(path: str) -> dict[str, Any]:

@@ -263,7 +263,7 @@ def _server(s: Server) -> list[tuple[str, object]]:
         ("hz", s.settings.hz),
         ("configured_hz", s.settings.hz),
         ("lru_clock", s.keyspace.ram.clock & LRU_CLOCK_MAX),
-        ("executable", sys.argv[0]),
+        ("executable", os.path.abspath(sys.argv[0])),  # absolute, as Redis makes it at start
         ("config_file", s.settings.config_file or ""),
         ("io_threads_active", 0),
     ]

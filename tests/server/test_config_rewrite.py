@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 pytestmark = [pytest.mark.kvd_only, pytest.mark.timeout(60)]  # kvd.toml, not redis.conf
@@ -86,3 +89,23 @@ def test_a_value_that_is_not_utf8_is_refused_clearly_and_the_file_kept(server_fa
         )
         assert config.read_text() == before
         assert c.command("CONFIG", "SET", "requirepass", "") == b"+OK\r\n"
+
+
+def test_a_relative_config_path_is_made_absolute_and_rewritten_with_its_comments(server_factory):
+    """As Redis (getAbsolutePath at start): INFO's config_file (and executable) are absolute, and CONFIG REWRITE
+    writes the file kvd was started with, given relative to its working directory, with ``dir`` elsewhere. A
+    changed line keeps the comment at its end."""
+    srv = server_factory(start=False)
+    config = srv.base / "kvd.toml"
+    config.write_text('# by hand\nmaxmemory = "64mb"  # RAM tier budget\n')
+    srv.config = Path("kvd.toml")  # relative: the harness starts kvd in srv.base, with --dir srv.base/data
+    srv.start()
+    r = srv.client()
+    info = r.info("server")
+    assert info["config_file"] == str(config)
+    assert os.path.isabs(info["executable"]), info["executable"]
+    r.config_set("maxmemory", "128mb")
+    assert r.execute_command("CONFIG", "REWRITE") == b"OK"
+    assert config.read_text().startswith('# by hand\nmaxmemory = "128mb"  # RAM tier budget\n\n')
+    srv.restart()
+    assert srv.client().config_get("maxmemory") == {"maxmemory": str(128 << 20)}

@@ -574,6 +574,16 @@ def test_rewrite_keeps_the_comment_at_the_end_of_a_changed_line() -> None:
     assert load_settings_from_text(out) == s
 
 
+def test_config_file_is_made_absolute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # As Redis's getAbsolutePath at start: INFO config_file, CONFIG REWRITE and DEBUG RESTART use this path.
+    write(tmp_path, "port = 7000\n")
+    (tmp_path / "sub").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert load_settings("kvd.toml").config_file == str(tmp_path / "kvd.toml")
+    assert load_settings("./sub/../kvd.toml").config_file == str(tmp_path / "kvd.toml")
+    assert error_of("nope.toml") == "nope.toml: no such file"  # messages name the file as it was given
+
+
 def load_settings_from_text(text: str) -> Settings:
     import tempfile
 
