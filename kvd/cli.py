@@ -6,9 +6,10 @@ protected mode), always as one line naming the key; 1 when the server cannot sta
 port is taken).
 
 Start-up order: settings -> logging -> recover the segment log (a rich progress bar, then one summary line) ->
-listen. kvd listens only after recovery, so a client never sees a half-loaded keyspace: it cannot connect
-until every acknowledged key is back (redis-py retries the refused connection; a supervisor sees the port
-open only when the data is ready).
+stop signals -> listen -> ``pidfile``. kvd listens only after recovery, so a client never sees a half-loaded
+keyspace: it cannot connect until every acknowledged key is back (redis-py retries the refused connection; a
+supervisor sees the port open, or the pid file appear, only when the data is ready). A clean stop removes the
+pid file (if it still holds this process's id); a crash leaves it, and the next start overwrites it.
 """
 
 from __future__ import annotations
@@ -177,14 +178,8 @@ async def _serve(settings: Settings) -> int:
     for path in remove_stale_transfers(settings.dir):
         log.info("removed %s, the snapshot of a transfer whose process was killed", path)
     server = Server(settings, keyspace, report, identity, link_identity)
-    try:
-        await server.start()
-    except (ListenError, OSError, ConfigError) as exc:
-        log.error("%s", f"cannot listen: {exc.strerror or exc}" if isinstance(exc, OSError) else exc)
-        if seg_log is not None:
-            await seg_log.close()
-        return 1
-    _banner(settings, server, len(keyspace), time.monotonic() - started)
+    # The stop signals are the server's before it listens: a SIGTERM sent as soon as the port answers (or the pid
+    # file appears) is a clean shutdown, not the default action's death.
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError):
@@ -192,10 +187,51 @@ async def _serve(settings: Settings) -> int:
     # A process that executed itself again (kvd/restart.py) starts with them blocked: a stop asked meanwhile is
     # pending and is taken now.
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
+    try:
+        await server.start()
+    except (ListenError, OSError, ConfigError) as exc:
+        log.error("%s", f"cannot listen: {exc.strerror or exc}" if isinstance(exc, OSError) else exc)
+        if seg_log is not None:
+            await seg_log.close()
+        return 1
+    pidfile = settings.pidfile if settings.pidfile and write_pidfile(settings.pidfile) else ""
+    _banner(settings, server, len(keyspace), time.monotonic() - started)
     await server.serve_until_stopped()
+    if pidfile:  # a clean stop, DEBUG RESTART's included (the new image writes it again), as Redis's
+        remove_pidfile(pidfile)
     if server.restart_delay_ms is not None:
         raise RestartRequested(server.restart_delay_ms)
     return 0
+
+
+def write_pidfile(path: str) -> bool:
+    """Write this process's id into ``path`` (whatever was there, a crashed server's file included, is replaced),
+    as redis-server's createPidFile; a file that cannot be written is a warning, and kvd serves all the same."""
+    try:
+        with open(path, "w", encoding="ascii") as f:
+            f.write(f"{os.getpid()}\n")
+    except OSError as exc:
+        log.warning("cannot write the pid file %s: %s", path, exc.strerror or exc)
+        return False
+    return True
+
+
+def remove_pidfile(path: str) -> None:
+    """Remove the pid file at a clean exit, unless it no longer holds this process's id (another process wrote
+    it since: its file is left alone)."""
+    try:
+        with open(path, "rb") as f:
+            holds = f.read(64).strip()
+    except OSError:
+        return
+    if holds != str(os.getpid()).encode():
+        log.warning(
+            "pid file %s holds %r, not this process's id: left in place", path, holds.decode("ascii", "replace")
+        )
+        return
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+        log.info("removed the pid file %s", path)
 
 
 def _recover_with_progress(seg_log: object, now: int) -> tuple[dict, object]:

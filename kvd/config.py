@@ -309,6 +309,13 @@ class Settings:
         runtime=True,
     )
     logfile: str = _key("str", "", "log file (empty = stderr)", "Logging")
+    pidfile: str = _key(
+        "str",
+        "",
+        "write the process id here once listening, removed at a clean exit (empty = none; a file left by a crash "
+        "is overwritten)",
+        "Logging",
+    )
     # Notifications
     notify_keyspace_events: str = _key(
         "events",

@@ -108,6 +108,7 @@ _REDIS_PASSTHROUGH = {
     "enable-debug-command",
     "unixsocket",
     "unixsocketperm",
+    "pidfile",
 }
 _REDIS_LOGLEVEL = {"debug": "debug", "info": "notice", "warning": "warning", "notice": "notice"}
 

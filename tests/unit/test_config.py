@@ -584,6 +584,15 @@ def test_config_file_is_made_absolute(tmp_path: Path, monkeypatch: pytest.Monkey
     assert error_of("nope.toml") == "nope.toml: no such file"  # messages name the file as it was given
 
 
+def test_pidfile(tmp_path: Path) -> None:
+    assert Settings().pidfile == ""
+    assert load_settings(None, ["--pidfile", "/run/kvd.pid"]).pidfile == "/run/kvd.pid"
+    assert load_settings(write(tmp_path, 'pidfile = "kvd.pid"\n')).pidfile == "kvd.pid"
+    assert dict(settings_items(Settings(pidfile="/run/kvd.pid")))["pidfile"] == "/run/kvd.pid"
+    with pytest.raises(ConfigError, match=r"^pidfile: cannot be changed at run time"):
+        apply_runtime(Settings(), "pidfile", "/tmp/x.pid")
+
+
 def load_settings_from_text(text: str) -> Settings:
     import tempfile
 
