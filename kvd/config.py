@@ -494,14 +494,15 @@ SYNONYMS: dict[str, str] = {
     "min-slaves-max-lag": "min-replicas-max-lag",
     "repl-ping-slave-period": "repl-ping-replica-period",
 }
-FIXED: dict[str, str] = {"save": "", "databases": "1", "enable-module-command": "no"}
+FIXED: dict[str, str] = {"save": "", "databases": "1", "enable-module-command": "no", "daemonize": "no"}
 _FIXED_WHY = {
     "save": "kvd takes no scheduled snapshots (every write is in its log; SAVE and BGSAVE fsync it on demand)",
     "databases": "kvd has one database (0)",
     "enable-module-command": "kvd loads no modules (MODULE LIST answers an empty list)",
+    "daemonize": "kvd stays in the foreground (run it under a supervisor, or in the background with pidfile set)",
 }
 # The fixed names Redis cannot change at run time either: CONFIG SET refuses them whatever the value, as Redis does.
-_FIXED_IMMUTABLE = {"databases", "enable-module-command"}
+_FIXED_IMMUTABLE = {"databases", "enable-module-command", "daemonize"}
 
 
 # -- conversion -----------------------------------------------------------------------------------------------
@@ -593,6 +594,8 @@ def _convert(spec: Spec, raw: Any, from_text: bool) -> Any:
 
 def _fixed(name: str, raw: Any) -> None:
     """A FIXED name given a value: nothing to set; ValueError unless it is the one value kvd has."""
+    if name == "daemonize" and (raw is False or (isinstance(raw, str) and raw.strip().lower() in _FALSE)):
+        return  # a yes/no key: `daemonize = false` in the file, `--daemonize no` as redis-server takes it
     if str(raw).strip() != FIXED[name]:
         shown = FIXED[name] or '""'
         raise ValueError(f"{_FIXED_WHY[name]}: only {shown} is accepted, got {raw!r}")

@@ -93,6 +93,16 @@ def test_debug_restart_writes_it_again(server_factory, tmp_path):
     assert not pidfile.exists()
 
 
+def test_daemonize_is_no_and_immutable(server):
+    """kvd stays in the foreground (``--daemonize yes`` is refused at start, tests/server/test_command_line.py);
+    CONFIG GET and SET answer as Redis's for a server started with ``daemonize no``."""
+    with server.raw() as c:
+        assert c.command("CONFIG", "GET", "daemonize") == b"*2\r\n$9\r\ndaemonize\r\n$2\r\nno\r\n"
+        assert c.command("CONFIG", "SET", "daemonize", "no") == (
+            b"-ERR CONFIG SET failed (possibly related to argument 'daemonize') - can't set immutable config\r\n"
+        )
+
+
 def _answers(srv) -> bool:
     try:
         with srv.raw(timeout=2) as c:

@@ -593,6 +593,24 @@ def test_pidfile(tmp_path: Path) -> None:
         apply_runtime(Settings(), "pidfile", "/tmp/x.pid")
 
 
+def test_daemonize(tmp_path: Path) -> None:
+    # daemonize: Redis's name, accepted at the one value kvd has (kvd stays in the foreground)
+    for no in ("no", "NO", "false", "0"):
+        assert load_settings(None, ["--daemonize", no]) == Settings()
+    assert load_settings(write(tmp_path, "daemonize = false\n", name="d.toml")) == Settings(
+        config_file=str(tmp_path / "d.toml")
+    )
+    assert load_settings(write(tmp_path, 'daemonize = "no"\n', name="e.toml")).port == 6379
+    assert error_of(None, "--daemonize", "yes") == (
+        "--daemonize: kvd stays in the foreground (run it under a supervisor, or in the background with pidfile "
+        "set): only no is accepted, got 'yes'"
+    )
+    assert error_of(write(tmp_path, "daemonize = true\n", name="f.toml")).endswith("got True")
+    assert dict(redis_items(Settings()))["daemonize"] == "no"
+    with pytest.raises(ConfigError, match=r"^can't set immutable config$"):
+        apply_runtime(Settings(), "daemonize", "no")
+
+
 def load_settings_from_text(text: str) -> Settings:
     import tempfile
 
@@ -627,7 +645,7 @@ def test_redis_names_at_run_time() -> None:
     s = Settings()  # persistence on
     assert apply_runtime(s, "appendonly", "yes") is s
     assert apply_runtime(s, "save", "") is s
-    for immutable in ("databases", "enable-module-command"):  # as Redis: refused even at their one value
+    for immutable in ("databases", "enable-module-command", "daemonize"):  # as Redis: even at their one value
         with pytest.raises(ConfigError, match=r"^can't set immutable config$"):
             apply_runtime(s, immutable, FIXED[immutable])
     assert all(is_setting(name) for name in ("appendonly", "SAVE", "databases"))
