@@ -2,8 +2,8 @@
 
 Exit codes: 0 after a clean shutdown (SIGTERM, SIGINT, SHUTDOWN); 2 for a configuration problem (a bad file,
 an unknown key, an impossible value, an unusable ``dir``, a non-loopback bind without a password under
-protected mode), always as one line naming the key; 1 when the server cannot start for another reason (the
-port is taken).
+protected mode, a redis-server mode such as ``--test-memory`` or ``--sentinel``), always as one line naming the
+key; 1 when the server cannot start for another reason (the port is taken).
 
 Start-up order: settings -> logging -> recover the segment log (a rich progress bar, then one summary line) ->
 stop signals -> listen -> ``pidfile``. kvd listens only after recovery, so a client never sees a half-loaded
@@ -48,12 +48,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     # thread goes to stderr before the process dies, so a crash in a C extension or the interpreter names where.
     faulthandler.enable(all_threads=True)
     args = list(sys.argv[1:] if argv is None else argv)
-    if "--help" in args or "-h" in args:
+    asked = _info_request(args)
+    if asked == "help":
         print(USAGE, end="")
         return 0
-    if "--version" in args or "-v" in args:
+    if asked == "version":
         print(f"kvd {kvd.__version__}")
         return 0
+    refused = _redis_mode(args)
+    if refused:
+        print(f"kvd: {refused}", file=sys.stderr)
+        return 2
     config_path: str | None = None
     given = [a for a in args if a.startswith("--config=")]
     if "--config" in args:
@@ -87,6 +92,44 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     except RestartRequested as restart:  # DEBUG RESTART: stopped cleanly, now the same command line again
         exec_again(restart.delay_ms)
+
+
+_INFO_FLAGS = {"--help": "help", "-h": "help", "--version": "version", "-v": "version"}
+# redis-server's modes other than serving: refused in one line rather than read as settings
+_REDIS_MODES = {
+    "--test-memory": "a redis-server mode kvd does not have (redis-server --test-memory or memtester test RAM)",
+    "--check-system": "a redis-server mode kvd does not have",
+    "--sentinel": "kvd has no Sentinel mode (redis-sentinel runs Sentinel)",
+    "-": "kvd does not read settings from stdin: give a TOML file (--config FILE)",
+}
+
+
+def _at_flag(args: list[str], i: int) -> bool:
+    """Whether ``args[i]`` stands where a flag does, not as the value of the flag before it (``--requirepass
+    --help`` sets a password, as redis-server reads it; ``--save`` followed by a flag takes no value)."""
+    if i == 0:
+        return True
+    before = args[i - 1]
+    return not before.startswith("--") or "=" in before or before == "--save"
+
+
+def _info_request(args: list[str]) -> str | None:
+    """What the command line asks for instead of a server, "help" or "version": ``-h`` and ``-v`` as its first
+    word (as redis-server reads them), ``--help`` and ``--version`` wherever a flag stands."""
+    for i, word in enumerate(args):
+        what = _INFO_FLAGS.get(word)
+        if what is not None and (i == 0 or (word.startswith("--") and _at_flag(args, i))):
+            return what
+    return None
+
+
+def _redis_mode(args: list[str]) -> str | None:
+    """The one-line refusal of a redis-server mode asked for (``--test-memory 4096``, ``--sentinel``, ``-``)."""
+    for i, word in enumerate(args):
+        why = _REDIS_MODES.get(word)
+        if why is not None and (i == 0 or (word == "--sentinel" and _at_flag(args, i))):
+            return f"{word}: {why}"
+    return None
 
 
 def check_startup(s: Settings) -> None:
