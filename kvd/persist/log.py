@@ -30,7 +30,10 @@ get a location in the void segment 0 and are undone right away.
 
 FLUSHALL. ``append_flush`` rolls to a fresh segment and writes the FLUSH record first in it; every older segment
 is then entirely dead, and once the FLUSH is durable they are unlinked (FLUSH first, so a crash half way through
-the unlinks can never bring old keys back).
+the unlinks can never bring old keys back). A FLUSH whose write fails is undone as the other writes are: the older
+segments' bookkeeping goes back to what it was (``_Flush``), then the owner puts its keys back (``on_lost``), at
+their records in those segments, which are still there; the records appended after it are lost with it and undo
+nothing, since the owner's index is the one from before it.
 """
 
 from __future__ import annotations
@@ -69,6 +72,27 @@ _Inflight = tuple[int, int, int, int, int, bytes, Value, int, int, int, Location
 
 
 _new_location = tuple.__new__
+
+
+class _Flush:
+    """A FLUSH record until it is written: its ticket, what it did to the older segments' bookkeeping (their live
+    bytes, the in-flight records it marked dead), and the owner's callback that puts the keys back."""
+
+    __slots__ = ("live", "marked", "on_lost", "segs", "ticket")
+
+    def __init__(self, ticket: int, segs: list[Segment], marked: list[Location], on_lost: Callable[[], None]) -> None:
+        self.ticket = ticket
+        self.segs = segs
+        self.live = [seg.live for seg in segs]
+        self.marked = marked
+        self.on_lost = on_lost
+
+    def undo(self, log: SegmentLog) -> None:
+        """The bookkeeping as it was before the FLUSH (the keys are the owner's: ``on_lost``)."""
+        for seg, live in zip(self.segs, self.live, strict=True):
+            log._retiring.discard(seg.id)
+            seg.live = live
+        log._inflight_dead.difference_update(self.marked)
 
 
 class SegmentLog(SegmentLogHooks):
@@ -127,6 +151,8 @@ class SegmentLog(SegmentLogHooks):
         self._probing: Segment | None = None
         self._void = 0
         self._retiring: set[int] = set()
+        # FLUSH records appended and not yet written, oldest first: what undoing each takes (``_Flush``)
+        self._flushes: deque[_Flush] = deque()
         self._closing = False
         self._closed = False
         self._latency: Callable[[str, float], None] | None = None
@@ -277,9 +303,13 @@ class SegmentLog(SegmentLogHooks):
     def append_expire(self, key: bytes, expire_at_ms: int, before: Before) -> None:
         self._append(EXPIRE, key, b"", expire_at_ms, before=before)
 
-    def append_flush(self) -> None:
+    def append_flush(self, on_lost: Callable[[], None] = lambda: None) -> None:
+        """Log a FLUSH: every older record is dead. The owner has emptied its index already; if the FLUSH is
+        never written (refused, or its write fails), ``on_lost()`` puts the keys back (the older segments are
+        unlinked only once it is durable) and the log's bookkeeping of them is restored first."""
         if self._refusing():
             self._append(FLUSH, b"", b"", 0)
+            on_lost()  # now: the refused writes that follow it in this batch are undone after it (call_soon)
             return
         assert self._active is not None
         self.flushes += 1
@@ -287,12 +317,16 @@ class SegmentLog(SegmentLogHooks):
             self._roll()
         self._append(FLUSH, b"", b"", 0)
         older = [s for s in self._segments.values() if s.id < self._active.id and s.id not in self._retiring]
+        marked = []
+        for entry in self._inflight:  # records not yet written to the older segments are dead too
+            loc = entry[10]
+            if loc is not None and entry[2] < self._active.id and loc not in self._inflight_dead:
+                self._inflight_dead.add(loc)
+                marked.append(loc)
+        self._flushes.append(_Flush(self._ticket, older, marked, on_lost))
         for seg in older:
             seg.live = 0
             self._retiring.add(seg.id)
-        for entry in self._inflight:  # records not yet written to the older segments are dead too
-            if entry[10] is not None and entry[2] < self._active.id:
-                self._inflight_dead.add(entry[10])
         if self.job is not None:
             self.job.aborted = True
 
@@ -527,6 +561,9 @@ class SegmentLog(SegmentLogHooks):
             if dead and entry[10] is not None:
                 dead.discard(entry[10])
         self._pending_bytes = pending
+        flushes = self._flushes
+        while flushes and flushes[0].ticket <= ticket:
+            flushes.popleft()
         barriers = self._barriers
         while barriers and barriers[0][0] <= ticket:
             self._wake(barriers.popleft()[1], None)
@@ -548,12 +585,23 @@ class SegmentLog(SegmentLogHooks):
         self._failed_upto = self._ticket
         self._batch = [op for op in self._batch if op[0] == OP_SYNC]  # unsent records can't be written either
         self._batch_bytes = 0
+        # A lost FLUSH is undone first: the keys are back as they were when it was appended, the records before it
+        # are then undone as any others. What came after it is gone with it (the owner's index is the one from
+        # before it), so those records undo nothing; a later lost FLUSH only had that to empty.
+        lost = [flush for flush in self._flushes if flush.ticket > self._done_ticket]
+        self._flushes.clear()
+        for flush in reversed(lost):
+            flush.undo(self)
+        flush_ticket = lost[0].ticket if lost else self._ticket + 1
+        if lost:
+            lost[0].on_lost()
         undo: dict[bytes, Before] = {}  # each key's state before the first of its lost writes
         copied: dict[Location, Location | None] = {}  # a lost copy made by compaction -> what it copied (None: gone)
-        for _, _, sid, _, _, key, _, _, _, rec_len, loc, carried_from, before in failed:
+        for _, ticket, sid, _, _, key, _, _, _, rec_len, loc, carried_from, before in failed:
             self._pending_bytes -= rec_len
             self.lost_records += 1
-            if before is not None and key not in undo:
+            after_flush = ticket > flush_ticket
+            if before is not None and key not in undo and not after_flush:
                 undo[key] = before
             if loc is None:
                 continue
@@ -571,7 +619,8 @@ class SegmentLog(SegmentLogHooks):
                     self._owner.relocated(key, loc, carried_from)
             else:  # FLUSHALL or the disk budget retired the original: the key had no other copy
                 copied[loc] = None
-                undo.setdefault(key, (None, 0))
+                if not after_flush:
+                    undo.setdefault(key, (None, 0))
         for key, before in undo.items():
             loc = before[0]
             for _, moved in self._moved:  # copied by a rewrite in place while the write was in flight

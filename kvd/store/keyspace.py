@@ -714,6 +714,9 @@ class Keyspace:
             self.expiry.schedule(key, expire_at, self._entries)
 
     def flush(self) -> int:
+        """FLUSHALL. With persistence on it can be undone, as any write whose record the log could not write
+        (``undo``): the entries it dropped are kept, without their values, until its FLUSH record is written, and
+        put back (``_unflush``) if it never is."""
         removed = len(self._entries)
         for key in self.watched:
             entry = self._entries.get(key)
@@ -723,16 +726,37 @@ class Keyspace:
             self.tracking.flush()
         if self.feed is not None:
             self.feed.flush()
+        flushed = self._entries
+        self._entries = {}
+        self._clear_indexes()
         if self.log is not None:
-            self.log.append_flush()
-        self._entries.clear()
+            for entry in flushed.values():
+                entry.value = None  # the memory goes now; a read in flight that held the entry reads the disk
+            self.log.append_flush(lambda: self._unflush(flushed))
+        return removed
+
+    def _clear_indexes(self) -> None:
         self.ram.clear()
         self.scan.clear()
         self.expiry.clear()
         self.local_deadlines.clear()
         self.pool.clear()
         self._raw_cold.clear()
-        return removed
+
+    def _unflush(self, flushed: dict[bytes, Entry]) -> None:
+        """A FLUSHALL whose record was never written (its client got -MISCONF): every key it dropped is back with
+        its record and TTL, cold (read from disk when next asked for), but a key whose only copy was in RAM (the
+        disk budget dropped its record). What was written since is lost with it (its records come after it in
+        the log) and goes; the writes before it in the lost batch are undone after this (``SegmentLog.on_failed``).
+        Replicas were sent the FLUSHALL and keep it, as they keep any lost write."""
+        for key in self.watched:
+            if key in self._entries or key in flushed:
+                self._changed(key)
+        if self.tracking is not None:
+            self.tracking.flush()  # what clients read meanwhile (missing keys) is stale again
+        self._entries = {}
+        self._clear_indexes()
+        self.restore({k: (e.loc, e.expire_at, 0, 0) for k, e in flushed.items() if e.loc is not None and e.loc.segment})
 
     # -- iteration -------------------------------------------------------------------------------------------
 

@@ -161,3 +161,76 @@ def test_debug_populate_on_a_full_disk_answers_misconf(small_fs, kvd_factory):
     assert r.ping()  # reads go on
     with pytest.raises(redis.ResponseError, match=r"^MISCONF"):
         r.set("after", "x")  # and writes are refused the same way until space is back
+
+
+def fill_up(path: Path) -> None:
+    """Write ``path`` until the filesystem has no byte left (ENOSPC)."""
+    with open(path, "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * (64 * KiB))
+                f.flush()
+        except OSError:
+            pass
+    with contextlib.suppress(OSError), open(path, "ab") as f:  # the last partial block too
+        while True:
+            f.write(b"\0" * 512)
+            f.flush()
+
+
+@pytest.mark.parametrize("restart", ["kill9", "sigterm"])
+def test_a_flushall_that_fails_changes_nothing(small_fs, kvd_factory, restart):
+    """A FLUSHALL whose record the disk cannot take gets -MISCONF and, like any failed write, changes nothing:
+    every key is served again as before it (from disk), TTLs included, and so are the keys that writes in the
+    same batch touched, before and after it; a key those writes created is gone. A restart agrees. It once
+    emptied RAM all the same, while the keys stayed on disk until compaction reclaimed them (a restart brought
+    them back)."""
+    srv = kvd_factory("--persistence", "yes", "--maxmemory", "2mb", "--segment-size", "1mb",
+                      data_dir=small_fs / "data")  # fmt: skip
+    r = srv.client(socket_timeout=30)
+    acked = {f"k{i}": value_for(i, 128 * KiB) for i in range(24)}  # 3 MiB through a 2 MiB RAM tier: some cold
+    for key, value in acked.items():
+        assert r.set(key, value, ex=3600 if key == "k3" else None)
+    filler = small_fs / "filler"
+    fill_up(filler)
+    p = r.pipeline(transaction=False)  # one batch: the writes around FLUSHALL fail with it
+    p.set("k0", value_for(100, 64 * KiB))  # larger than a page: it cannot go into the last page's slack
+    p.flushall()
+    p.set("k1", b"written after")
+    p.set("fresh", b"new key")
+    replies = p.execute(raise_on_error=False)
+    assert all(isinstance(x, redis.ResponseError) and str(x).startswith("MISCONF") for x in replies), replies
+
+    def unchanged(r: redis.Redis) -> None:
+        assert r.dbsize() == len(acked)
+        for key, value in acked.items():
+            assert r.get(key) == value, key
+        assert r.exists("fresh") == 0
+        assert 3500 < r.ttl("k3") <= 3600 and r.ttl("k4") == -1
+
+    unchanged(r)
+    time.sleep(1.5)  # the probe and the maintenance tick run while the disk is full: nothing is reclaimed
+    unchanged(r)
+    filler.unlink()
+    deadline = time.monotonic() + 10
+    while True:  # writes resume once there is room
+        try:
+            r.set("probe", b"x")
+            break
+        except redis.ResponseError as exc:
+            assert str(exc).startswith("MISCONF") and time.monotonic() < deadline, exc
+            time.sleep(0.2)
+    r.delete("probe")
+    unchanged(r)
+    if restart == "kill9":
+        srv.kill9()
+    else:
+        assert srv.stop() == 0
+    srv.start()
+    r = srv.client(socket_timeout=30)
+    unchanged(r)
+    assert r.flushall()  # with room on the disk it empties everything, for good
+    assert r.dbsize() == 0
+    srv.kill9()
+    srv.start()
+    assert srv.client(socket_timeout=30).dbsize() == 0

@@ -53,8 +53,12 @@ class Owner:
         self.entries[key][1] = expire
 
     def flush(self) -> None:
-        self.entries.clear()
-        self.log.append_flush()
+        flushed, self.entries = self.entries, {}
+        self.log.append_flush(lambda: self.unflush(flushed))
+
+    def unflush(self, flushed: dict[bytes, list[Any]]) -> None:
+        """The keyspace's ``_unflush``: a lost FLUSH puts back every key that has a record, cold."""
+        self.entries = {key: [e[0], e[1], None] for key, e in flushed.items() if e[0] is not None and e[0].segment}
 
     def demote_all(self) -> None:
         for entry in self.entries.values():

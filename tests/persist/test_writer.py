@@ -184,6 +184,53 @@ async def test_lost_writes_change_nothing(seg_dir: Path) -> None:
     await log.close()
 
 
+async def test_a_lost_flush_changes_nothing(seg_dir: Path) -> None:
+    """A FLUSH that fails to reach the disk is undone as any lost write: every key is back at its record, with its
+    TTL (the older segments were not unlinked: that waits until the FLUSH is durable), the writes before it in the
+    lost batch are undone too, those after it leave nothing, and the live byte counts are what they were, so
+    compaction reclaims nothing that is live. A second lost FLUSH behind the first changes nothing either; a
+    restart agrees, and a FLUSH that reaches the disk then empties everything."""
+    log, owner, _ = await open_log(seg_dir, appendfsync="always", segment_size=64 << 10)
+    far = now_ms() + 3_600_000
+    keys = [b"k%d" % i for i in range(40)]  # 40 KiB in 64 KiB segments: a sealed one and the active one
+    for key in keys:
+        owner.set(key, key * 256, expire=far if key == b"k3" else 0, hot=key != b"k5")
+    await settle(log)
+    live = {seg.id: seg.live for seg in log._segments.values()}
+    inject_fault(log, OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
+    owner.set(b"k0", b"before the flush" * 100)
+    owner.delete(b"k1")
+    owner.flush()
+    owner.set(b"k2", b"after the flush")
+    owner.set(b"fresh", b"new")
+    owner.flush()
+    owner.set(b"k4", b"after the second flush")
+    with pytest.raises(PersistError, match="^MISCONF"):
+        await log.barrier()
+    await asyncio.sleep(0)  # refused appends are undone by call_soon
+    assert {seg.id: seg.live for seg in log._segments.values()} == live
+    assert not log._retiring and not log._inflight_dead and not log._flushes
+    assert set(owner.entries) == set(keys)
+    for key in keys:
+        assert bytes(await owner.get(key)) == key * 256, key
+    assert [owner.entries[k][1] for k in (b"k3", b"k4")] == [far, 0]
+    owner.flush()  # refused while the log is failing: undone at once
+    assert set(owner.entries) == set(keys)
+    inject_fault(log, None)
+    await wait_for(lambda: log.misconf() is None, timeout=5)
+    await asyncio.sleep(0.5)  # maintenance ticks: nothing of the older segments is dead, nothing is reclaimed
+    assert {seg.id: seg.live for seg in log._segments.values() if seg.id in live} == live
+    log, owner, _ = await reopen(log)
+    assert set(owner.entries) == set(keys)
+    for key in keys:
+        assert bytes(await owner.get(key)) == key * 256, key
+    owner.flush()
+    await settle(log)
+    log, owner, _ = await reopen(log)
+    assert owner.entries == {}
+    await log.close()
+
+
 async def test_a_lost_write_made_during_a_rewrite_in_place_goes_back_to_the_copy(
     seg_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
