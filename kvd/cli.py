@@ -6,9 +6,10 @@ protected mode, a redis-server mode such as ``--test-memory`` or ``--sentinel``)
 key; 1 when the server cannot start for another reason (the port is taken).
 
 Start-up order: settings -> logging -> recover the segment log (a rich progress bar, then one summary line) ->
-stop signals -> listen -> ``pidfile``. kvd listens only after recovery, so a client never sees a half-loaded
-keyspace: it cannot connect until every acknowledged key is back (redis-py retries the refused connection; a
-supervisor sees the port open, or the pid file appear, only when the data is ready). A clean stop removes the
+stop signals -> listen -> ``pidfile`` -> ``supervised`` (kvd/supervise.py). kvd listens only after recovery, so
+a client never sees a half-loaded keyspace: it cannot connect until every acknowledged key is back (redis-py
+retries the refused connection; a supervisor sees the port open, the pid file appear or READY=1 only when the
+data is ready). A clean stop removes the
 pid file (if it still holds this process's id); a crash leaves it, and the next start overwrites it.
 """
 
@@ -29,6 +30,7 @@ from kvd import logs
 from kvd.config import ConfigError, Settings, format_size, load_settings
 from kvd.logs import setup_logging
 from kvd.restart import RestartRequested, exec_again
+from kvd.supervise import Supervisor
 
 log = logging.getLogger("kvd")
 
@@ -221,6 +223,7 @@ async def _serve(settings: Settings) -> int:
     for path in remove_stale_transfers(settings.dir):
         log.info("removed %s, the snapshot of a transfer whose process was killed", path)
     server = Server(settings, keyspace, report, identity, link_identity)
+    server.supervisor = Supervisor(settings.supervised)
     # The stop signals are the server's before it listens: a SIGTERM sent as soon as the port answers (or the pid
     # file appears) is a clean shutdown, not the default action's death.
     loop = asyncio.get_running_loop()
@@ -239,6 +242,7 @@ async def _serve(settings: Settings) -> int:
         return 1
     pidfile = settings.pidfile if settings.pidfile and write_pidfile(settings.pidfile) else ""
     _banner(settings, server, len(keyspace), time.monotonic() - started)
+    server.supervisor.ready(replica=bool(settings.replicaof))
     await server.serve_until_stopped()
     if pidfile:  # a clean stop, DEBUG RESTART's included (the new image writes it again), as Redis's
         remove_pidfile(pidfile)

@@ -316,6 +316,15 @@ class Settings:
         "is overwritten)",
         "Logging",
     )
+    supervised: str = _key(
+        "choice",
+        "no",
+        "no | systemd | upstart | auto: tell the service manager when kvd is ready (listening, data recovered) and "
+        "when it stops, as redis-server's supervised (systemd: READY=1 and STOPPING=1 on $NOTIFY_SOCKET, for a unit "
+        "of Type=notify; upstart: SIGSTOP once ready; auto: whichever the environment names)",
+        "Logging",
+        choices=("no", "systemd", "upstart", "auto"),
+    )
     # Notifications
     notify_keyspace_events: str = _key(
         "events",

@@ -39,6 +39,7 @@ from kvd.shm import Copier
 from kvd.slowlog import SlowLog
 from kvd.stats import ServerStats, render_info
 from kvd.store.keyspace import now_ms
+from kvd.supervise import Supervisor
 from kvd.tracking import Tracking
 
 if TYPE_CHECKING:
@@ -93,6 +94,7 @@ class Server:
         self.paused: str | None = None
         self.active_expire = True  # DEBUG SET-ACTIVE-EXPIRE 0 turns the sweep off; reads still drop expired keys
         self.restart_delay_ms: int | None = None  # DEBUG RESTART: execute again this long after the stop
+        self.supervisor = Supervisor("no")  # the service manager told of readiness and stops (kvd/cli.py sets it)
         self._client_pause: str | None = None
         self._failover_hold = False
         self._pause_end = 0.0
@@ -451,6 +453,8 @@ class Server:
     def request_shutdown(self, reason: str) -> None:
         if not self._stopping.is_set():
             log.info("shutting down (%s): finishing replies in flight", reason)
+            if self.restart_delay_ms is None:  # DEBUG RESTART's image says READY again: the service goes on
+                self.supervisor.stopping()
             self._stopping.set()
 
     async def stop(self) -> None:

@@ -254,7 +254,7 @@ def _server(s: Server) -> list[tuple[str, object]]:
         ("request_parser", parser.SMALL_REQUESTS),  # kvd/protocol/parser.py: c, hiredis or python
         ("record_packer", "python" if writer.pack_run is None else "c"),  # kvd/persist/writer.py
         ("process_id", os.getpid()),
-        ("process_supervised", "no"),
+        ("process_supervised", s.supervisor.mode),  # kvd/supervise.py
         ("run_id", s.run_id),
         ("tcp_port", s.bound_port),
         ("server_time_usec", time.time_ns() // 1000),

@@ -109,6 +109,7 @@ _REDIS_PASSTHROUGH = {
     "unixsocket",
     "unixsocketperm",
     "pidfile",
+    "supervised",
 }
 _REDIS_LOGLEVEL = {"debug": "debug", "info": "notice", "warning": "warning", "notice": "notice"}
 
