@@ -107,6 +107,11 @@ def _lookup(argv: list[Any]) -> Any:
     return COMMANDS.get(bytes(argv[0]).lower())
 
 
+def _request_bytes(argv: list[Any]) -> int:
+    """The bytes of a request's arguments: what a queued command holds in RAM until EXEC."""
+    return sum(map(len, argv))
+
+
 def _full_name(cmd: Any, argv: list[Any]) -> str:
     """``config|get`` for CONFIG GET, as CLIENT LIST's cmd= names it; "NULL" for a subcommand that does not exist
     (Redis finds no command for it)."""
@@ -181,7 +186,7 @@ class Client(asyncio.BufferedProtocol):
         self._write_spans: list[tuple[int, int]] = []  # reply ranges of write commands in _out
         self._multi: list[list[Any]] | None = None  # commands queued since MULTI
         self._multi_error = False  # a queued command was refused: EXEC answers EXECABORT
-        self._multi_charge = self._multi_counted = 0  # the queue's request_charge so far (_queued_charge)
+        self._multi_charge = self._multi_counted = 0  # the queue's bytes so far (_queued_bytes)
         # key -> its change count at WATCH, and whether it was past its deadline then (Keyspace.intact)
         self._watched: dict[bytes, tuple[int, bool]] = {}
         self.executing_transaction = False  # EXEC is running the queue (MONITOR refuses to start then)
@@ -492,7 +497,9 @@ class Client(asyncio.BufferedProtocol):
         (``Keyspace.out_of_memory``). Checked for a ``denyoom`` command, after MULTI for every command but EXEC,
         DISCARD, QUIT and RESET (a queue may not grow without bound), and for an EXEC whose queue holds a
         ``denyoom`` command; the queued commands count as requests still in memory, so a transaction that does
-        not fit is refused whole (-EXECABORT) and never half applied. Inside EXEC nothing is checked again."""
+        not fit is refused whole (-EXECABORT) and never half applied. Inside EXEC nothing is checked again.
+        A queued command counts all its bytes (``_queued_bytes``), even an argument that ``request_charge`` lets
+        pass because it will live on disk only: queued, it stays in RAM until EXEC."""
         ks = self.keyspace
         if not ks.guarded or self.executing_transaction:
             return False
@@ -502,15 +509,14 @@ class Client(asyncio.BufferedProtocol):
         if cmd.name in _OOM_EXEMPT_IN_MULTI:
             if cmd.name != "exec" or not any(c is not None and c.denyoom for c in map(_lookup, queued)):
                 return False
-            return ks.out_of_memory(self._queued_charge())
-        return ks.out_of_memory(self._queued_charge() + ks.request_charge(argv))
+            return ks.out_of_memory(self._queued_bytes())
+        return ks.out_of_memory(self._queued_bytes() + _request_bytes(argv))
 
-    def _queued_charge(self) -> int:
-        """The ``request_charge`` of the commands queued after MULTI, summed as far as they were asked for."""
+    def _queued_bytes(self) -> int:
+        """The bytes of the commands queued after MULTI, summed as far as they were asked for."""
         queued = self._multi or []
         if self._multi_counted < len(queued):
-            charge = self.keyspace.request_charge
-            self._multi_charge += sum(charge(argv) for argv in queued[self._multi_counted :])
+            self._multi_charge += sum(map(_request_bytes, queued[self._multi_counted :]))
             self._multi_counted = len(queued)
         return self._multi_charge
 
@@ -1102,7 +1108,7 @@ class Client(asyncio.BufferedProtocol):
     def begin_multi(self) -> None:
         self._multi = []
         self._multi_error = False
-        self._multi_charge = self._multi_counted = 0  # _queued_charge's running sum
+        self._multi_charge = self._multi_counted = 0  # _queued_bytes's running sum
 
     def discard_multi(self) -> None:
         self._multi = None

@@ -136,6 +136,28 @@ def test_exec_is_refused_when_memory_went_over_after_queueing(server_factory):
         assert len(reply) == 2 and len(reply[0]) == MiB and reply[1] == -1
 
 
+@pytest.mark.kvd_only  # the disk tier
+def test_with_persistence_a_queued_value_counts_whole_until_exec(server_factory):
+    """A value larger than half of maxmemory needs no room when it is set (it lives on disk only), but queued after
+    MULTI it is in RAM until EXEC: the queue counts it, so a transaction cannot hold more than maxmemory. kvd
+    charged such values nothing, and queued 60 SETs of 5 MB (300 MB of RSS) under an 8 MB maxmemory."""
+    srv = server_factory(persistence="yes", maxmemory="8mb", maxmemory_policy="noeviction")
+    r = srv.client()
+    value = b"v" * 5_000_000
+    with srv.raw() as c:
+        assert c.command("MULTI") == b"+OK\r\n"
+        assert c.command("SET", "a", value) == b"+QUEUED\r\n"
+        assert c.command("SET", "b", value) == OOM
+        assert c.command("EXEC") == b"-EXECABORT Transaction discarded because of previous errors.\r\n"
+        assert r.exists("a", "b") == 0
+        assert c.command("MULTI") == b"+OK\r\n"  # one of them fits, and then lives on disk only
+        assert c.command("SET", "a", value) == b"+QUEUED\r\n"
+        assert parse(c.command("EXEC")) == ["OK"]
+    assert r.set("b", value) is True  # not queued: its request needs no room
+    assert r.info("memory")["used_memory"] < MiB
+    assert r.mget("a", "b") == [value, value]
+
+
 @pytest.mark.parametrize(
     "grow",
     [
