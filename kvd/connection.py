@@ -499,13 +499,18 @@ class Client(asyncio.BufferedProtocol):
         ``denyoom`` command; the queued commands count as requests still in memory, so a transaction that does
         not fit is refused whole (-EXECABORT) and never half applied. Inside EXEC nothing is checked again.
         A queued command counts all its bytes (``_queued_bytes``), even an argument that ``request_charge`` lets
-        pass because it will live on disk only: queued, it stays in RAM until EXEC."""
+        pass because it will live on disk only: queued, it stays in RAM until EXEC. The queue is checked under
+        every policy (``Keyspace.limited``): under the ``allkeys-*`` ones eviction makes room for it, and a queue
+        that does not fit even with every key gone is refused, as Redis refuses it once nothing is left to evict
+        (kvd deletes no key for it)."""
         ks = self.keyspace
-        if not ks.guarded or self.executing_transaction:
+        if self.executing_transaction:
             return False
         queued = self._multi
         if queued is None:
-            return ks.out_of_memory(ks.request_charge(argv))
+            return ks.out_of_memory(ks.request_charge(argv))  # asked only while guarded (_execute)
+        if not ks.limited:
+            return False
         if cmd.name in _OOM_EXEMPT_IN_MULTI:
             if cmd.name != "exec" or not any(c is not None and c.denyoom for c in map(_lookup, queued)):
                 return False

@@ -147,6 +147,9 @@ class Keyspace:
         # be unable to free enough (``noeviction``, ``volatile-*``), on a server that is not ``following``. Kept
         # as one attribute: under the other policies a SET pays one read of it (kvd/connection.py).
         self.guarded = False
+        # A maxmemory is set on a server that is not ``following``: the commands queued after MULTI must find room
+        # under it, whatever the policy (Client._out_of_memory).
+        self.limited = False
         # A replica (set_replica): keys past their deadline wait for the primary's DEL; the keys whose deadline
         # the replica's own clients set (a writable replica) it expires itself.
         self.primary_expires = False
@@ -209,7 +212,8 @@ class Keyspace:
         self._guard()
 
     def _guard(self) -> None:
-        self.guarded = bool(self.ram.budget) and self.eviction.refuses and not self._following
+        self.limited = bool(self.ram.budget) and not self._following
+        self.guarded = self.limited and self.eviction.refuses
 
     def evict(self) -> None:
         """Back under ``maxmemory`` now, as the policy allows (CONFIG SET maxmemory, maxmemory-policy)."""
@@ -575,8 +579,8 @@ class Keyspace:
 
     def out_of_memory(self, extra: int) -> bool:
         """Redis's ``performEvictions() == EVICT_FAIL`` before a command: whether the RAM tier stays over
-        ``maxmemory`` with ``extra`` more bytes (the request's, ``request_charge``) once what the policy allows
-        is freed. Asked only while ``guarded``."""
+        ``maxmemory`` with ``extra`` more bytes (the request's, ``request_charge``, or a MULTI queue's) once what
+        the policy allows is freed. Asked only while ``limited``; outside MULTI only while ``guarded``."""
         return not self._make_room(extra)
 
     def check_room(self, pairs: list[tuple[bytes, Value]]) -> None:
@@ -979,23 +983,26 @@ class Keyspace:
                 self._demote(entry)
             if ram.used + extra > ram.budget and not self._deletable(ram.used + extra - ram.budget):
                 return False
+            by_ram_order = self.eviction.by_ram_order
             while ram.used + extra > ram.budget:
-                entry = self._doomed(None)
+                entry = self._doomed(ram.victim() if by_ram_order else None)  # allkeys-lru/-lfu: as _evict
                 if entry is None:
                     return False
                 self._evict_key(entry)
         return True
 
     def _deletable(self, need: int) -> bool:
-        """Whether the keys the policy may delete hold ``need`` bytes of the RAM tier's count. Under a
-        ``volatile-*`` policy the keys with a TTL are summed until they reach it; past ``DELETABLE_SCAN`` of them
-        the answer is yes, and deleting goes on until enough is freed or none is left, as Redis's eviction does."""
+        """Whether the keys the policy may delete hold ``need`` bytes of the RAM tier's count. Under an
+        ``allkeys-*`` policy every key may go, so whether the RAM tier holds that much (a MULTI queue larger than
+        ``maxmemory`` costs no key). Under a ``volatile-*`` policy the keys with a TTL are summed until they reach
+        it; past ``DELETABLE_SCAN`` of them the answer is yes, and deleting goes on until enough is freed or none is
+        left, as Redis's eviction does."""
         policy = self.eviction
+        ram = self.ram
         if not policy.deletes:
             return False
         if not policy.volatile:
-            return True
-        ram = self.ram
+            return need <= ram.used
         return self.expiry.holds_at_least(
             self._entries,
             need,

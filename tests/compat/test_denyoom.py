@@ -136,12 +136,38 @@ def test_exec_is_refused_when_memory_went_over_after_queueing(server_factory):
         assert len(reply) == 2 and len(reply[0]) == MiB and reply[1] == -1
 
 
+@pytest.mark.parametrize("policy", ["allkeys-lru", "allkeys-lfu", "allkeys-random"])
+def test_a_transaction_queue_is_bounded_under_every_policy(server_factory, policy):
+    """Under the allkeys-* policies too, the commands queued after MULTI are in memory until EXEC: eviction makes
+    room for them, and once it cannot (the queue alone is over maxmemory) the next one is refused and EXEC aborts.
+    kvd checked the queue only under the policies that may refuse writes: under allkeys-lru with an 8 MB
+    maxmemory it queued 100 SETs of 1 MB (RSS up by 100 MB), where Redis refused the fourth."""
+    srv = server_factory(maxmemory="8mb", maxmemory_policy=policy)
+    r = srv.client()
+    r.set("small", "x")
+    value = b"v" * MiB
+    with srv.raw() as c:
+        assert c.command("MULTI") == b"+OK\r\n"
+        replies = [c.command("SET", f"k{i}", value) for i in range(16)]
+        assert replies[0] == b"+QUEUED\r\n"
+        first = replies.index(OOM)  # ValueError: every one was queued
+        assert replies[first:] == [OOM] * (16 - first)
+        assert c.command("EXEC") == b"-EXECABORT Transaction discarded because of previous errors.\r\n"
+    assert r.exists(*(f"k{i}" for i in range(16))) == 0
+    if srv.kind == "kvd":  # a queue that cannot fit even with every key gone deletes none (Redis evicts them all)
+        assert r.get("small") == b"x"
+    with r.pipeline() as pipe:  # a transaction that fits runs
+        assert pipe.set("a", value).set("b", value).execute() == [True, True]
+    assert r.get("a") == value
+
+
 @pytest.mark.kvd_only  # the disk tier
-def test_with_persistence_a_queued_value_counts_whole_until_exec(server_factory):
+@pytest.mark.parametrize("policy", ["noeviction", "allkeys-lru"])
+def test_with_persistence_a_queued_value_counts_whole_until_exec(server_factory, policy):
     """A value larger than half of maxmemory needs no room when it is set (it lives on disk only), but queued after
     MULTI it is in RAM until EXEC: the queue counts it, so a transaction cannot hold more than maxmemory. kvd
     charged such values nothing, and queued 60 SETs of 5 MB (300 MB of RSS) under an 8 MB maxmemory."""
-    srv = server_factory(persistence="yes", maxmemory="8mb", maxmemory_policy="noeviction")
+    srv = server_factory(persistence="yes", maxmemory="8mb", maxmemory_policy=policy)
     r = srv.client()
     value = b"v" * 5_000_000
     with srv.raw() as c:
