@@ -930,7 +930,8 @@ class Client(asyncio.BufferedProtocol):
         stats.net_output_bytes += sent
         stats.writes_processed += 1
         hard = self.server.settings.client_output_buffer_hard_limit
-        if not self.authenticated and self._auth_required():
+        unauthenticated = not self.authenticated and self._auth_required()
+        if unauthenticated:
             hard = UNAUTH_MAX_OUTPUT  # Redis's fix of CVE-2025-21605: one that must still AUTH and does not read
         if hard and transport.get_write_buffer_size() > hard:
             log.warning(
@@ -938,7 +939,7 @@ class Client(asyncio.BufferedProtocol):
                 self.addr,
                 self.id,
                 transport.get_write_buffer_size(),
-                "client-output-buffer-hard-limit" if self.authenticated else "the unauthenticated limit (1 KiB)",
+                "the unauthenticated limit (1 KiB)" if unauthenticated else "client-output-buffer-hard-limit",
             )
             self.server.stats.output_limit_disconnections += 1
             self.kill()
