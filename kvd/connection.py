@@ -183,7 +183,9 @@ class Client(asyncio.BufferedProtocol):
         self._protocol_error: ProtocolError | None = None
         self._task: asyncio.Future[None] | None = None  # the awaited command, kept referenced
         self._log_dirty = False  # this batch appended to the segment log
-        self._write_spans: list[tuple[int, int]] = []  # reply ranges of write commands in _out
+        # Reply ranges of write commands in _out, each with the log's ticket once it ran: on a failed write those
+        # whose records were all written keep their replies (_release)
+        self._write_spans: list[tuple[int, int, int]] = []
         self._multi: list[list[Any]] | None = None  # commands queued since MULTI
         self._multi_error = False  # a queued command was refused: EXEC answers EXECABORT
         self._multi_charge = self._multi_counted = 0  # the queue's bytes so far (_queued_bytes)
@@ -486,7 +488,7 @@ class Client(asyncio.BufferedProtocol):
         if logged:
             self._log_dirty = True
             if result is None:
-                self._write_spans.append((start, len(self._out)))
+                self._write_spans.append((start, len(self._out), seg_log.ticket))
         if self._monitors and cmd.name != "exec":  # after it ran, as Redis's call(); EXEC feeds itself
             self.feed_monitors(cmd, argv)
         return result
@@ -569,7 +571,8 @@ class Client(asyncio.BufferedProtocol):
         turned into MISCONF if it fails. ``_execute`` does this for commands flagged write; this is for one whose
         flags do not say it writes (DEBUG POPULATE)."""
         self._log_dirty = True
-        self._write_spans.append((start, len(self._out)))
+        seg_log = self.keyspace.log
+        self._write_spans.append((start, len(self._out), seg_log.ticket if seg_log is not None else 0))
 
     @property
     def closed(self) -> bool:
@@ -592,7 +595,9 @@ class Client(asyncio.BufferedProtocol):
                 return
         else:
             if logged and len(self._out) > out_start:
-                self._write_spans.append((out_start, len(self._out)))
+                seg_log = self.keyspace.log
+                assert seg_log is not None  # logged: the command appended to it
+                self._write_spans.append((out_start, len(self._out), seg_log.ticket))
         elapsed = (step_end if cmd.waits else _clock()) - started
         stat = self._command_stats(cmd, argv)
         if stat is not None:
@@ -851,12 +856,15 @@ class Client(asyncio.BufferedProtocol):
 
     def _release(self, exc: BaseException | None) -> None:
         """The log has this batch's writes (``exc`` None): send the held replies. Called by the log's report,
-        often from the very callback that wrote the batch; on failure the write replies become MISCONF errors."""
+        often from the very callback that wrote the batch; on failure the replies of the writes whose records did
+        not all reach the disk (the log undid them) become MISCONF errors, and those of the earlier writes in the
+        batch, written before the failure and kept, stay as they were."""
         if exc is not None:
             message = getattr(exc, "message", None) or str(exc)
+            written = getattr(exc, "written_upto", 0)
             out = self._out
-            for start, end in reversed(self._write_spans):
-                if end > start:  # empty when CLIENT REPLY muted the reply
+            for start, end, ticket in reversed(self._write_spans):
+                if end > start and ticket > written:  # empty when CLIENT REPLY muted the reply
                     out[start:end] = [b"-" + errors.scrub(message).encode() + b"\r\n"]
                     self.stats.count_error(message)
         self._write_spans.clear()

@@ -12,7 +12,13 @@ from typing import NamedTuple, Protocol
 
 
 class PersistError(Exception):
-    """Configuration, locking or write errors. The text of write errors starts with ``MISCONF`` like Redis."""
+    """Configuration, locking or write errors. The text of write errors starts with ``MISCONF`` like Redis.
+    ``written_upto``: for a failed write, the last ticket (``SegmentLog.ticket``) whose record was written before
+    the failure and stays; the records after it were undone."""
+
+    def __init__(self, message: str, written_upto: int = 0) -> None:
+        super().__init__(message)
+        self.written_upto = written_upto
 
 
 class CorruptRecord(Exception):

@@ -132,7 +132,7 @@ class SegmentLog(SegmentLogHooks):
         self._next_lsn = 1
         self._next_seg = 1
         self._next_key = -1  # Segment.key of the next file a rewrite in place installs (see segment.py)
-        self._ticket = 0  # last ticket handed out
+        self.ticket = 0  # last ticket handed out, one per record: a write's place in the order (PersistError)
         self._done_ticket = 0  # last ticket written (+ fsynced with always)
         self._failed_upto = 0  # tickets in (done, failed_upto] failed
         self._batch: list[tuple[Any, ...]] = []
@@ -323,7 +323,7 @@ class SegmentLog(SegmentLogHooks):
             if loc is not None and entry[2] < self._active.id and loc not in self._inflight_dead:
                 self._inflight_dead.add(loc)
                 marked.append(loc)
-        self._flushes.append(_Flush(self._ticket, older, marked, on_lost))
+        self._flushes.append(_Flush(self.ticket, older, marked, on_lost))
         for seg in older:
             seg.live = 0
             self._retiring.add(seg.id)
@@ -371,9 +371,9 @@ class SegmentLog(SegmentLogHooks):
         if vlen > MAX_VALUE:
             raise PersistError(f"value too large for a segment record ({vlen} bytes)")
         rec_len = HDR_SIZE + len(key) + vlen
-        self._ticket += 1
+        self.ticket += 1
         if self._misconf is not None or self._closing:  # _refusing(), inline: this runs for every write
-            self._failed_upto = self._ticket
+            self._failed_upto = self.ticket
             self.lost_records += 1
             # Undone at once (after the caller has applied it). Of several refused writes to a key, the first
             # says where it goes back to: the others' ``before`` is a refused write's void location.
@@ -399,7 +399,7 @@ class SegmentLog(SegmentLogHooks):
             loc = _new_location(Location, (seg.id, offset, rec_len, vlen))  # Location(...) without its Python frame
             seg.live += rec_len
             seg.set_keys.add(hash(key))
-        rec = (OP_REC, self._ticket, seg.id, offset, rtype, key, value, expire, lsn, rec_len, loc, carried_from, before)
+        rec = (OP_REC, self.ticket, seg.id, offset, rtype, key, value, expire, lsn, rec_len, loc, carried_from, before)
         self._batch.append(rec)
         self._batch_bytes += rec_len
         self._inflight.append(rec)
@@ -460,12 +460,13 @@ class SegmentLog(SegmentLogHooks):
 
         The writer's report calls waiters directly, in ticket order: a batch written inline by the loop
         releases its clients' replies in the same callback, with no future and no extra loop iteration."""
-        t = self._ticket
+        t = self.ticket
         if t <= self._done_ticket:
             return False
         assert self._loop is not None
         if t <= self._failed_upto:
-            self._loop.call_soon(waiter, PersistError(self._misconf or MISCONF_PREFIX + "write failed"))
+            failed = PersistError(self._misconf or MISCONF_PREFIX + "write failed", self._done_ticket)
+            self._loop.call_soon(waiter, failed)
         else:
             self._barriers.append((t, waiter))
         return True
@@ -582,7 +583,7 @@ class SegmentLog(SegmentLogHooks):
             self._done_ticket = max(self._done_ticket, entry[1])
         failed = list(inflight)
         inflight.clear()
-        self._failed_upto = self._ticket
+        self._failed_upto = self.ticket
         self._batch = [op for op in self._batch if op[0] == OP_SYNC]  # unsent records can't be written either
         self._batch_bytes = 0
         # A lost FLUSH is undone first: the keys are back as they were when it was appended, the records before it
@@ -592,7 +593,7 @@ class SegmentLog(SegmentLogHooks):
         self._flushes.clear()
         for flush in reversed(lost):
             flush.undo(self)
-        flush_ticket = lost[0].ticket if lost else self._ticket + 1
+        flush_ticket = lost[0].ticket if lost else self.ticket + 1
         if lost:
             lost[0].on_lost()
         undo: dict[bytes, Before] = {}  # each key's state before the first of its lost writes
@@ -641,7 +642,7 @@ class SegmentLog(SegmentLogHooks):
             self._active = cur
         self._tail = good_end
         self._w_seg, self._w_end = seg_id, good_end
-        err = PersistError(message)
+        err = PersistError(message, self._done_ticket)
         while self._barriers:
             t, waiter = self._barriers.popleft()
             self._wake(waiter, None if t <= self._done_ticket else err)
@@ -654,7 +655,7 @@ class SegmentLog(SegmentLogHooks):
         """A rewrite in place copied these records (old place -> new) after their keys were written again. Until
         those writes are done, one that fails must send its key back to the copy, not to the file that is gone."""
         if moved and self._inflight:
-            self._moved.append((self._ticket, moved))
+            self._moved.append((self.ticket, moved))
 
     def _undo(self, key: bytes, before: Before, counted: bool = False) -> None:
         """Put a key whose writes were lost back as it was (``owner.undo``). The record it goes back to was made
@@ -696,7 +697,7 @@ class SegmentLog(SegmentLogHooks):
             self._active = new
             self._tail = end
         self._w_seg, self._w_end = seg_id, end
-        self._done_ticket = self._failed_upto = self._ticket
+        self._done_ticket = self._failed_upto = self.ticket
         self._misconf = None
         self.logger.warning("writes to %s work again; accepting writes", self.directory)
 
@@ -907,7 +908,7 @@ class SegmentLog(SegmentLogHooks):
         if self._syncer is not None:
             self._syncer.stop_event.set()
         await asyncio.to_thread(self._join_threads)
-        err = PersistError(self._misconf or MISCONF_PREFIX + "log closed")
+        err = PersistError(self._misconf or MISCONF_PREFIX + "log closed", self._done_ticket)
         while self._barriers:  # only possible after a failure
             self._wake(self._barriers.popleft()[1], err)
         self._close_files()

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import redis
+from hardening_support import read_reply_line
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -165,17 +166,13 @@ def test_debug_populate_on_a_full_disk_answers_misconf(small_fs, kvd_factory):
 
 def fill_up(path: Path) -> None:
     """Write ``path`` until the filesystem has no byte left (ENOSPC)."""
-    with open(path, "wb") as f:
-        try:
+    with open(path, "wb", buffering=0) as f:  # unbuffered: a short write leaves nothing to flush at close
+        with contextlib.suppress(OSError):
             while True:
                 f.write(b"\0" * (64 * KiB))
-                f.flush()
-        except OSError:
-            pass
-    with contextlib.suppress(OSError), open(path, "ab") as f:  # the last partial block too
-        while True:
-            f.write(b"\0" * 512)
-            f.flush()
+        with contextlib.suppress(OSError):  # the last partial block too
+            while True:
+                f.write(b"\0" * 512)
 
 
 @pytest.mark.parametrize("restart", ["kill9", "sigterm"])
@@ -234,3 +231,53 @@ def test_a_flushall_that_fails_changes_nothing(small_fs, kvd_factory, restart):
     srv.kill9()
     srv.start()
     assert srv.client(socket_timeout=30).dbsize() == 0
+
+
+def active_segment(data: Path) -> Path:
+    return max(data.glob("*.seg"))
+
+
+def test_earlier_writes_of_a_failed_batch_keep_their_ok(small_fs, kvd_factory):
+    """Pipelined writes share one wait for the log: when a later one's record does not fit, the earlier ones,
+    written before it and kept, answer +OK, where they once got -MISCONF with the writes that failed; a restart
+    has exactly the writes that got +OK. The batch's first record ends the segment, in the slack of its last page
+    (tmpfs allocates whole pages), and the second needs a new segment on a full disk."""
+    data = small_fs / "data"
+    srv = kvd_factory("--persistence", "yes", "--maxmemory", "4mb", "--segment-size", "1mb",
+                      data_dir=data)  # fmt: skip
+    r = srv.client(socket_timeout=30)
+    size = active_segment(data).stat().st_size
+    assert r.set("pad:0", b"p" * 100)
+    overhead = active_segment(data).stat().st_size - size - 100  # a record's bytes besides its value (key: 5)
+    kept = {"pad:0": b"p" * 100}
+    target = MiB - 3996  # 100 bytes into the segment's last page: 3996 bytes of slack, then the roll
+    for i in range(1, 5):
+        left = target - active_segment(data).stat().st_size - overhead
+        kept[f"pad:{i}"] = bytes([64 + i]) * min(left, 300 * KiB)
+        assert r.set(f"pad:{i}", kept[f"pad:{i}"])
+    assert active_segment(data).stat().st_size == target
+    fill_up(small_fs / "filler")
+    kept["first"] = value_for(10, 1024)
+    requests = [
+        (b"first", kept["first"]),  # fits in the slack, the segment's last bytes
+        (b"second", value_for(11, 8 * KiB)),  # needs a new segment: no room for it
+        (b"third", value_for(12, 512)),  # after the failure: undone
+    ]
+    with srv.connect() as s:  # one send, one read (10 KiB), one batch: the three records in one write
+        s.sendall(
+            b"".join(b"*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n" % (len(k), k, len(v), v) for k, v in requests)
+        )
+        replies = [read_reply_line(s, timeout=30) for _ in requests]
+    assert replies[0] == b"+OK\r\n", replies
+    assert all(x.startswith(b"-MISCONF ") for x in replies[1:]), replies
+
+    def as_acknowledged(r: redis.Redis) -> None:
+        assert r.dbsize() == len(kept)
+        for key, value in kept.items():
+            assert r.get(key) == value, key
+
+    as_acknowledged(r)
+    srv.kill9()
+    (small_fs / "filler").unlink()
+    srv.start()
+    as_acknowledged(srv.client(socket_timeout=30))
