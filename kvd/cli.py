@@ -1,9 +1,9 @@
 """``kvd --config kvd.toml [--port 7000 ...]``: load settings, recover the disk tier, serve, stop cleanly.
 
-Exit codes: 0 after a clean shutdown (SIGTERM, SIGINT, SHUTDOWN); 2 for a configuration problem (a bad file,
-an unknown key, an impossible value, an unusable ``dir``, a non-loopback bind without a password under
-protected mode, a redis-server mode such as ``--test-memory`` or ``--sentinel``), always as one line naming the
-key; 1 when the server cannot start for another reason (the port is taken).
+Exit codes: 0 after a clean shutdown (SIGTERM, SIGINT, SHUTDOWN), 1 if its last fsync of the log failed; 2 for
+a configuration problem (a bad file, an unknown key, an impossible value, an unusable ``dir``, a non-loopback
+bind without a password under protected mode, a redis-server mode such as ``--test-memory`` or ``--sentinel``),
+always as one line naming the key; 1 when the server cannot start for another reason (the port is taken).
 
 Start-up order: settings -> logging -> recover the segment log (a rich progress bar, then one summary line) ->
 stop signals -> listen -> ``pidfile`` -> ``supervised`` (kvd/supervise.py). kvd listens only after recovery, so
@@ -248,7 +248,7 @@ async def _serve(settings: Settings) -> int:
         remove_pidfile(pidfile)
     if server.restart_delay_ms is not None:
         raise RestartRequested(server.restart_delay_ms)
-    return 0
+    return server.exit_status
 
 
 def write_pidfile(path: str) -> bool:

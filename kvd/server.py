@@ -94,6 +94,7 @@ class Server:
         self.paused: str | None = None
         self.active_expire = True  # DEBUG SET-ACTIVE-EXPIRE 0 turns the sweep off; reads still drop expired keys
         self.restart_delay_ms: int | None = None  # DEBUG RESTART: execute again this long after the stop
+        self.exit_status = 0  # what the process exits with after a stop: 1 if the log could not be made durable
         self.supervisor = Supervisor("no")  # the service manager told of readiness and stops (kvd/cli.py sets it)
         self._client_pause: str | None = None
         self._failover_hold = False
@@ -489,7 +490,8 @@ class Server:
         self.copier.close()  # copies in flight finish into memory their clients still map
         self.migrate_links.close_all()
         if self.keyspace.log is not None:
-            await self.keyspace.log.close()
+            if not await self.keyspace.log.close():
+                self.exit_status = 1  # the supervisor hears of it; the log's error names the file
             feed = self.replication
             if feed.backlog_active:  # the keyspace on disk is the stream's state at its end: the next start goes on
                 try:
@@ -501,7 +503,12 @@ class Server:
                     save_identity(self.settings.dir, link.replid, link.offset, LINK_IDENTITY_FILE)
                 except OSError as exc:
                     log.warning("primary's replication id not saved (%s): the next start resynchronises", exc)
-        log.info("bye: %d keys, log flushed", len(self.keyspace))
+        if self.exit_status:
+            log.error(
+                "bye: %d keys; the log's last fsync failed, its last writes may not be durable", len(self.keyspace)
+            )
+        else:
+            log.info("bye: %d keys, log flushed", len(self.keyspace))
 
     def _expire_cycle(self, started: float) -> None:
         """One sweep of due deadlines, and what INFO says of it: its time, and whether keys are still due after it

@@ -882,12 +882,15 @@ class SegmentLog(SegmentLogHooks):
 
     # -- shutdown ----------------------------------------------------------------------------------------------
 
-    async def close(self) -> None:
+    async def close(self) -> bool:
+        """Write and fsync what is appended, stop the threads, close the files. True if every acknowledged record
+        is durable; False if the final fsync failed (the log says which file): the last second's writes under
+        ``everysec`` may then be lost by a power failure, though not by the process's exit."""
         if self._closed:
-            return
+            return True
         if self._loop is None:  # recovered but never started
             self._close_files()
-            return
+            return True
         self._closing = True
         for handle in (self._tick_handle, self._probe_handle):
             if handle is not None:
@@ -904,7 +907,7 @@ class SegmentLog(SegmentLogHooks):
         stopped: asyncio.Future[bool] = self._loop.create_future()
         self._submit()
         self._writer.submit([(OP_STOP, lambda ok: stopped.done() or stopped.set_result(ok))])
-        await stopped
+        durable = await stopped
         if self._syncer is not None:
             self._syncer.stop_event.set()
         await asyncio.to_thread(self._join_threads)
@@ -912,6 +915,7 @@ class SegmentLog(SegmentLogHooks):
         while self._barriers:  # only possible after a failure
             self._wake(self._barriers.popleft()[1], err)
         self._close_files()
+        return durable
 
     def _join_threads(self) -> None:
         assert self._writer is not None and self._maint is not None and self._readers is not None

@@ -464,17 +464,17 @@ class Writer(threading.Thread):
         self.post(self.hooks.on_failed, self.cur.id, good_end, strerror(exc))
 
     def _finish(self, cb: Callable[[bool], None]) -> None:
+        # The last fsync, also of a segment a failed write cut back: what was acknowledged in it is made durable.
+        # ok: every acknowledged record is on disk (what the stop reports, kvd/server.py).
         ok = True
-        if not self.failed:
-            try:
-                os.fdatasync(self.cur.fd)
-                self.fsyncs += 1
-            except OSError as exc:
-                self.logger.error("final fsync of %s failed: %s", self.cur.path, exc)
-                ok = False
-            if ok:  # clean shutdown: the active segment gets its hint, so the restart reads no values
-                self.maint.submit(self.hooks.seal_job, self.cur, self.end, self.hint)
-                self.hint = None
+        try:
+            self._fdatasync(self.cur.fd)
+        except OSError as exc:
+            self.logger.error("final fsync of %s failed: %s", self.cur.path, exc)
+            ok = False
+        if ok and not self.failed:  # clean shutdown: the active segment gets its hint, so the restart reads no values
+            self.maint.submit(self.hooks.seal_job, self.cur, self.end, self.hint)
+            self.hint = None
         if self.hint is not None:
             self.hint.abandon()
             self.hint = None

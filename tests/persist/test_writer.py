@@ -380,3 +380,29 @@ async def test_a_failed_write_still_answers_the_sync_behind_it(seg_dir: Path) ->
     log, owner, _ = await reopen(log)
     assert set(owner.entries) == {b"before"}
     await log.close()
+
+
+async def test_close_says_whether_the_log_ended_durable(seg_dir: Path) -> None:
+    """``close`` is True when its last fsync worked, also on a log still refusing writes after a failure (the
+    segment the failure cut back is fsynced: what was acknowledged in it is durable); False when that fsync
+    fails, which the server turns into its exit status."""
+    log, owner, _ = await open_log(seg_dir, appendfsync="everysec")
+    owner.set(b"kept", b"k" * 5000)
+    await settle(log)
+    assert await log.close() is True
+
+    log, owner, _ = await open_log(seg_dir, appendfsync="everysec")
+    inject_fault(log, OSError(errno.EIO, os.strerror(errno.EIO)))
+    owner.set(b"doomed", b"d" * 5000)
+    with pytest.raises(PersistError):
+        await log.barrier()
+    inject_fault(log, None)  # healed before a probe has run: the log still refuses writes
+    assert log.misconf() is not None
+    assert await log.close() is True
+
+    log, owner, _ = await open_log(seg_dir, appendfsync="everysec")
+    assert set(owner.entries) == {b"kept"}
+    owner.set(b"acknowledged", b"a" * 5000)
+    await settle(log)
+    inject_fault(log, OSError(errno.EIO, os.strerror(errno.EIO)))
+    assert await log.close() is False
