@@ -63,6 +63,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     config_path: str | None = None
     given = [a for a in args if a.startswith("--config=")]
+    if args.count("--config") + len(given) > 1:
+        print("kvd: --config given more than once: one file, whose keys later flags override", file=sys.stderr)
+        return 2
     if "--config" in args:
         i = args.index("--config")
         if i + 1 >= len(args) or args[i + 1].startswith("--"):

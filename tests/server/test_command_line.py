@@ -57,3 +57,11 @@ def test_redis_server_modes_are_refused_in_one_line(tmp_path, args, line):
 def test_daemonize_no_is_accepted(server_factory):
     srv = server_factory("--daemonize", "no")  # CONFIG GET and SET of it: tests/compat/test_pidfile.py
     assert srv.client().ping() is True
+
+
+def test_config_given_twice_is_refused_in_one_line(tmp_path):
+    (tmp_path / "a.toml").write_text("port = 7001\n")
+    for args in (["--config", "a.toml", "--config", "a.toml"], ["--config=a.toml", "--config", "a.toml"]):
+        done = run_kvd(tmp_path, *args)
+        assert (done.returncode, done.stdout) == (2, ""), args
+        assert done.stderr == "kvd: --config given more than once: one file, whose keys later flags override\n"
