@@ -30,7 +30,9 @@ DUMP_VERSION = 10
 MAX_VERSION = 11
 _TYPES = {1: "list", 2: "set", 3: "zset", 4: "hash", 5: "zset", 6: "module", 7: "module", 9: "hash",
           10: "list", 11: "set", 12: "zset", 13: "hash", 14: "list", 15: "stream", 16: "hash", 17: "zset",
-          18: "list", 19: "stream", 20: "hash", 21: "stream"}  # fmt: skip
+          18: "list", 19: "stream", 20: "hash", 21: "stream",
+          22: "hash", 23: "hash", 24: "hash", 25: "hash"}  # fmt: skip
+_VALKEY_TYPES = {t: name for t, name in _TYPES.items() if t <= 22}  # Valkey 9.0: 22 is its own hash with TTLs
 
 
 class PayloadError(ValueError):

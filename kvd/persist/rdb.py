@@ -14,16 +14,23 @@ Strings are written as a length and the bytes (``kvd/persist/dump.py``'s encodin
 or LZF forms, which a loader may meet but need not: so every entry's size follows from the key and the value's
 length alone, and a stream can announce its exact size before it has read a single cold value from disk.
 
-Version 9 (Redis 5.0 to 6.2) is written, not 7.0's 10 or 7.2's 11: strings, deadlines and these opcodes did
-not change since, and Redis loads every version up to its own, so 9 is what the most Redis versions load.
-The reader takes 1 to 11 and skips what only tunes a key (LRU idle time, LFU counter); any type other than a
-string, functions and module data are refused with the type's name, since kvd stores strings only, unless it is
-told to pass keys of other types over (lists, sets, sorted sets, hashes and streams of every encoding), counting
+Version 9 (Redis 5.0 to 6.2) is written, not 7.0's 10, 7.2's 11 or 7.4's 12: strings, deadlines and these
+opcodes did not change since, and Redis loads every version up to its own, so 9 is what the most Redis versions
+load. The reader takes "REDIS" 1 to 12 and skips what only tunes a key (LRU idle time, LFU counter) or sizes a
+cluster slot (12's ``0xF4`` slot info: three lengths); any type other than a string, functions and module data
+are refused with the type's name, since kvd stores strings only, unless it is told to pass keys of other types
+over (lists, sets, sorted sets, hashes and streams of every encoding, 12's hashes with field TTLs too), counting
 them by type. Keys of a database other than 0 are refused likewise (kvd has database 0 only), unless it is told
 to pass them over too, whatever their type, counting them by database: what a replica of a Redis primary that
 uses several databases does. Function libraries (a Redis 7 primary puts every library FUNCTION LOAD made in
 each file it writes) are refused too, kvd having no scripting, unless it is told to pass them over, counting
 them.
+
+It also takes Valkey 9.0's "VALKEY080". Valkey numbers its own formats from 80 on (it leaves 12 to 79 to Redis,
+and refuses them), and 80 differs from 11 by a hash with field TTLs that reuses type 22 (field, value, an 8-byte
+deadline each; passed over like Redis's) and a slot-import opcode ``0xF3`` (an atomic slot migration under way,
+whose keys are not the node's yet: refused). Later versions, Valkey's 81 on and Redis's 13 on, are refused: they
+bring types and opcodes kvd cannot read past.
 
 Complexity: writing is O(size of the file) with one CRC pass (C, ``_dump.c``; about 1.4 GB/s). Reading is one
 pass holding one value and one 64 KiB block at a time: 2.3 us per small key against 4.8 reading field by field
@@ -36,12 +43,25 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from typing import BinaryIO
 
-from .dump import _TYPES, PayloadError, _lzf_decompress, crc64_update, decode_length, encode_length, encode_string
+from .dump import (
+    _TYPES,
+    _VALKEY_TYPES,
+    PayloadError,
+    _lzf_decompress,
+    crc64_update,
+    decode_length,
+    encode_length,
+    encode_string,
+)
 
 MAGIC = b"REDIS"
 VERSION = 9
-MAX_VERSION = 11  # Redis 7.2
+MAX_VERSION = 12  # Redis 7.4
+VALKEY_MAGIC = b"VALKEY"
+VALKEY_VERSION = 80  # Valkey 9.0: "VALKEY080", its only version kvd reads (above)
 
+OP_SLOT_IMPORT = 0xF3  # Valkey 9.0: an atomic slot migration under way
+OP_SLOT_INFO = 0xF4  # Redis 7.4: a cluster slot's id, keys and keys with a deadline (three lengths)
 OP_FUNCTION = 0xF5  # RDB_OPCODE_FUNCTION2: one library's code (Redis 7.0 GA on)
 OP_FUNCTION_PRE_GA = 0xF6  # 7.0 rc1 and rc2: name, engine, [description], code
 OP_MODULE_AUX = 0xF7
@@ -130,16 +150,23 @@ class RdbReader:
         self._base = 0  # the file offset of _buf[0]
         self._crc = 0
         self.version = 0
+        self.valkey = False  # "VALKEY080": type 22 is Valkey's hash with field TTLs, 0xF3 its slot import
         self.aux: dict[bytes, bytes] = {}
         self.keys_announced = -1  # RESIZEDB's count, when the file has one
 
     def __iter__(self) -> Iterator[tuple[bytes, bytes, int]]:
         magic = self._read(9)
-        if magic[:5] != MAGIC or not magic[5:].isdigit():
+        if magic[:5] == MAGIC and magic[5:].isdigit():
+            self.version = int(magic[5:])
+            if not 1 <= self.version <= MAX_VERSION:
+                raise RdbError(f"RDB version {self.version} is newer than kvd reads (up to {MAX_VERSION}, Redis 7.4)")
+        elif magic[:6] == VALKEY_MAGIC and magic[6:].isdigit():
+            self.version = int(magic[6:])
+            self.valkey = True
+            if self.version != VALKEY_VERSION:
+                raise RdbError(f"Valkey RDB version {self.version} is not one kvd reads (only {VALKEY_VERSION}, 9.0)")
+        else:
             raise RdbError("not an RDB file: it does not start with REDIS and a four-digit version")
-        self.version = int(magic[5:])
-        if not 1 <= self.version <= MAX_VERSION:
-            raise RdbError(f"RDB version {self.version} is newer than kvd reads (up to {MAX_VERSION}, Redis 7.2)")
         expire_at = 0
         while True:
             at = self.offset
@@ -159,6 +186,9 @@ class RdbReader:
             elif op == OP_RESIZEDB:
                 self.keys_announced = self._length()
                 self._length()
+            elif op == OP_SLOT_INFO:
+                for _ in range(3):
+                    self._length()
             elif op == OP_IDLE:
                 self._length()
             elif op == OP_FREQ:
@@ -181,8 +211,12 @@ class RdbReader:
                 self.functions += 1
             elif op == OP_MODULE_AUX:
                 raise RdbError(f"the file holds module data (at byte {at}); kvd has no modules")
+            elif op == OP_SLOT_IMPORT and self.valkey:
+                raise RdbError(
+                    f"the file holds a cluster slot import under way (at byte {at}): its keys are not the node's yet"
+                )
             else:
-                kind = _TYPES.get(op)
+                kind = (_VALKEY_TYPES if self.valkey else _TYPES).get(op)
                 if kind is None:
                     raise RdbError(f"unknown opcode {op:#04x} at byte {at}: the file is damaged")
                 if kind == "module" or not (self.skip_other_types or self._db):
@@ -279,12 +313,27 @@ class RdbReader:
             for _ in range(self._length()):
                 self._string()
                 self._read(8)
-        elif op in (9, 10, 11, 12, 13, 16, 17, 20):  # one blob: zipmap, ziplist, intset, listpack
+        elif op in (9, 10, 11, 12, 13, 16, 17, 20, 23):  # one blob: zipmap, ziplist, intset, listpack
             self._string()
         elif op == 18:  # quicklist 2: container kind, blob
             for _ in range(self._length()):
                 self._length()
                 self._string()
+        elif op == 22 and self.valkey:  # Valkey 9.0's hash with field TTLs: field, value, deadline (8 bytes)
+            for _ in range(self._length()):
+                self._string()
+                self._string()
+                self._read(8)
+        elif op in (22, 24):  # Redis 7.4's hash with field TTLs (24: the least deadline first): TTL, field, value
+            if op == 24:
+                self._read(8)
+            for _ in range(self._length()):
+                self._length()
+                self._string()
+                self._string()
+        elif op == 25:  # its listpack form: the least deadline, the listpack
+            self._read(8)
+            self._string()
         else:  # streams: 15 (5.0), 19 (7.0), 21 (7.2)
             self._skip_stream(op)
 

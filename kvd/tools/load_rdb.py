@@ -150,8 +150,8 @@ def _fail(message: str, loader: Loader) -> int:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="kvd-load-rdb",
-        description="Write the string keys of an RDB file (redis-cli --rdb, Redis's dump.rdb) into a running "
-        "kvd or Redis.",
+        description="Write the string keys of an RDB file (redis-cli --rdb, Redis's dump.rdb: RDB versions 1 to "
+        "12, as Redis up to 7.4 writes them, and Valkey 9.0's 80) into a running kvd or Redis.",
     )
     p.add_argument("file", help="the RDB file, or - for standard input")
     p.add_argument("--host", default="127.0.0.1")

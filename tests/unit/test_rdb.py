@@ -43,8 +43,8 @@ def test_what_is_written_reads_back():
 def test_the_reader_says_why_it_stops():
     with pytest.raises(rdb.RdbError, match="not an RDB file"):
         read(b"REDIX0009")
-    with pytest.raises(rdb.RdbError, match="RDB version 12 is newer than kvd reads"):
-        read(file_of([], version=12))
+    with pytest.raises(rdb.RdbError, match="RDB version 13 is newer than kvd reads"):
+        read(file_of([], version=13))
     with pytest.raises(rdb.RdbError, match="database 3 .*kvd has database 0 only"):
         read(file_of([(b"a", b"b", 0)], db=3))
     with pytest.raises(rdb.RdbError, match="is a hash; kvd stores strings only"):
@@ -90,3 +90,67 @@ def test_function_libraries_are_passed_over_when_asked():
     reader = rdb.RdbReader(io.BytesIO(data), skip_functions=True)
     assert list(reader) == [(b"a", b"1", 0)]
     assert reader.functions == 3
+
+
+def sealed(body: bytes | bytearray) -> bytes:
+    body = bytes(body) + rdb.EOF
+    return body + rdb.trailer(crc64_update(body, 0))
+
+
+def hash_with_field_ttls(kind: int) -> bytes:
+    """A Redis 7.4 hash {f: v, g: w} whose field f expires, in each of its four forms: TTL, field and value per
+    field, the TTL absolute (22, 7.4's release candidates) or relative to the least deadline, which comes first
+    (24; 0 = no TTL); or a listpack (23), after the least deadline (25). The listpack's bytes do not matter to a
+    reader that passes it over."""
+    least = 1_900_000_000_000
+    if kind in (22, 24):
+        body = (least.to_bytes(8, "little") if kind == 24 else b"") + b"\x02"
+        ttl = rdb.encode_length(least if kind == 22 else 1)
+        return body + ttl + b"\x01f\x01v" + b"\x00\x01g\x01w"
+    listpack = rdb.encode_string(b"\x1b\x00\x00\x00\x06\x00" + b"\x81f\x02\x81v\x02\xf4" + bytes(8) + b"\xff")
+    return (least.to_bytes(8, "little") if kind == 25 else b"") + listpack
+
+
+def test_version_12_slot_info_and_hashes_with_field_ttls():
+    """Redis 7.4's RDB 12: the cluster slot info opcode (slot, keys, keys with a deadline) is read past; the
+    hashes with field TTLs (types 22 to 25) are refused by name, or passed over and counted as hashes."""
+    body = bytearray(rdb.preamble(6, 1, [(b"redis-ver", b"7.4.1")]))
+    body[5:9] = b"0012"
+    body += bytes([rdb.OP_SLOT_INFO]) + rdb.encode_length(15495) + rdb.encode_length(6) + rdb.encode_length(1)
+    body += rdb.key_header(b"a", 1, 0) + b"1"
+    for kind in (22, 23, 24, 25):
+        if kind == 24:  # a deadline of the key's own, as any key may have
+            body += bytes([rdb.OP_EXPIRETIME_MS]) + (1_800_000_000_000).to_bytes(8, "little")
+        body += bytes([kind]) + rdb.encode_string(b"h%d" % kind) + hash_with_field_ttls(kind)
+    body += rdb.key_header(b"b", 1, 1_800_000_000_000) + b"2"
+    data = sealed(body)
+    with pytest.raises(rdb.RdbError, match="the key at byte .* is a hash; kvd stores strings only"):
+        read(data)
+    reader = rdb.RdbReader(io.BytesIO(data), skip_other_types=True)
+    assert list(reader) == [(b"a", b"1", 0), (b"b", b"2", 1_800_000_000_000)]
+    assert reader.version == 12 and reader.skipped == {"hash": 4}
+
+
+def test_valkey_9_files_and_the_versions_past_what_kvd_reads():
+    """Valkey 9.0's "VALKEY080": strings as ever, its own hash with field TTLs in type 22 (field, value, an
+    8-byte deadline, -1 for none) passed over when asked, and a slot import under way refused. Valkey's 81 and
+    Redis's 13 are refused: kvd does not know what they added."""
+    head = b"VALKEY080" + rdb.preamble(2, 0, [(b"valkey-ver", b"9.0.0")])[9:]
+    body = bytearray(head) + rdb.key_header(b"a", 1, 0) + b"1"
+    body += b"\x16\x01h\x02" + b"\x01f\x01v" + (-1).to_bytes(8, "little", signed=True)
+    body += b"\x01g\x01w" + (1_900_000_000_000).to_bytes(8, "little")
+    body += rdb.key_header(b"b", 1, 0) + b"2"
+    data = sealed(body)
+    with pytest.raises(rdb.RdbError, match="is a hash; kvd stores strings only"):
+        read(data)
+    reader = rdb.RdbReader(io.BytesIO(data), skip_other_types=True)
+    assert list(reader) == [(b"a", b"1", 0), (b"b", b"2", 0)]
+    assert reader.valkey and reader.version == 80 and reader.skipped == {"hash": 1}
+    with pytest.raises(rdb.RdbError, match="a cluster slot import under way"):
+        read(sealed(head + bytes([rdb.OP_SLOT_IMPORT])))
+    with pytest.raises(rdb.RdbError, match="unknown opcode 0x19"):  # Redis's type 25 is not Valkey's
+        list(rdb.RdbReader(io.BytesIO(sealed(head + b"\x19\x01h")), skip_other_types=True))
+    with pytest.raises(rdb.RdbError, match="Valkey RDB version 81 is not one kvd reads"):
+        read(sealed(b"VALKEY081"))
+    with pytest.raises(rdb.RdbError, match="RDB version 13 is newer than kvd reads"):
+        read(sealed(b"REDIS0013"))
