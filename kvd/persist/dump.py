@@ -11,8 +11,10 @@ both ways). kvd stores strings only (type 0). Their encodings:
 * ``0xC3`` LZF: compressed length, original length, the LZF stream.
 
 DUMP writes what Redis writes except LZF (Redis compresses strings over 20 bytes when it saves space; kvd
-sends them as they are, which every Redis RESTOREs), and version 10, Redis 7.0's, so 7.0 and later accept it;
-RESTORE takes versions up to 11 (7.2). The CRC-64 and LZF loops are C (``_dump.c``), with the same in Python
+sends them as they are, which every Redis RESTOREs), and version 10, Redis 7.0's, so 7.0 and later accept it.
+RESTORE takes versions up to 12 (Redis 7.4 and 8), as Redis takes those up to its own, and Valkey 9.0's 80: a
+payload has no magic, only this number, and Valkey numbers its formats from 80 on (12 to 79 are Redis's), whose
+strings are as ever (kvd/persist/rdb.py). The CRC-64 and LZF loops are C (``_dump.c``), with the same in Python
 here where that was not built.
 """
 
@@ -27,7 +29,8 @@ except ImportError:  # pragma: no cover - exercised by tests/unit/test_dump_payl
 
 STRING = 0
 DUMP_VERSION = 10
-MAX_VERSION = 11
+MAX_VERSION = 12  # Redis 7.4
+VALKEY_VERSION = 80  # Valkey 9.0
 _TYPES = {1: "list", 2: "set", 3: "zset", 4: "hash", 5: "zset", 6: "module", 7: "module", 9: "hash",
           10: "list", 11: "set", 12: "zset", 13: "hash", 14: "list", 15: "stream", 16: "hash", 17: "zset",
           18: "list", 19: "stream", 20: "hash", 21: "stream",
@@ -78,7 +81,8 @@ def _payload_body(payload: bytes | bytearray | memoryview) -> memoryview:
     if len(data) < 10:
         raise PayloadError("ERR DUMP payload version or checksum are wrong")
     version = int.from_bytes(data[-10:-8], "little")
-    if version > MAX_VERSION or _crc64(data[:-8]) != int.from_bytes(data[-8:], "little"):
+    known = version <= MAX_VERSION or version == VALKEY_VERSION
+    if not known or _crc64(data[:-8]) != int.from_bytes(data[-8:], "little"):
         raise PayloadError("ERR DUMP payload version or checksum are wrong")
     body = data[:-10]
     if not len(body):

@@ -10,6 +10,8 @@ import pytest
 from support.server import ServerProcess
 from support.tools import find_tool
 
+from kvd.persist.dump import crc64_python
+
 pytestmark = [pytest.mark.compat, pytest.mark.kvd_only, pytest.mark.timeout(120)]
 
 VALUES = {
@@ -70,3 +72,32 @@ def test_a_cold_value_dumps_from_disk(pair):
     for key, value in chunks.items():
         assert redis.restore(key, 0, kvd.dump(key), replace=True) == b"OK"
         assert redis.get(key) == value
+
+
+def payload(body: bytes, version: int) -> bytes:
+    """A DUMP payload as a server of that RDB version writes it: the body, the version, the CRC-64."""
+    body += version.to_bytes(2, "little")
+    return body + crc64_python(body).to_bytes(8, "little")
+
+
+def test_restore_takes_payloads_of_redis_7_4_and_valkey_9(server_factory):
+    """Redis 7.4 and 8 DUMP with RDB version 12, Valkey 9.0 with 80: their strings RESTORE (a raw string, an
+    int8, LZF); a hash with field TTLs (Redis's types 24 and 25, Valkey's 22) is refused by name; versions kvd
+    does not know (13, Valkey 9.2's 81) get Redis's error for a newer payload."""
+    kvd = server_factory().client()
+    lzf = bytes.fromhex("c3094064016161e0570001616100")  # 100 'a's, as redis-server compresses them
+    for version in (12, 80):
+        for name, body, value in (("raw", b"\x05hello", b"hello"), ("int", b"\xc0\x7f", b"127"), ("lzf", lzf, None)):
+            key = f"{name}:{version}"
+            assert kvd.restore(key, 0, payload(b"\x00" + body, version)) == b"OK"
+            assert kvd.get(key) == (value if value is not None else b"a" * 100)
+    hashes = {12: [b"\x18" + bytes(8) + b"\x01" + b"\x00\x01f\x01v", b"\x19" + bytes(8) + b"\x02lp"]}
+    hashes[80] = [b"\x16\x01\x01f\x01v" + bytes(8)]
+    for version, bodies in hashes.items():
+        for body in bodies:
+            with pytest.raises(Exception, match="holds a hash, and kvd stores strings only"):
+                kvd.restore("h", 0, payload(body, version))
+    for version in (13, 79, 81):
+        with pytest.raises(Exception, match="DUMP payload version or checksum are wrong"):
+            kvd.restore("newer", 0, payload(b"\x00\x05hello", version))
+    assert kvd.exists("h", "newer") == 0
