@@ -33,7 +33,7 @@ MAX_VERSION = 12  # Redis 7.4
 VALKEY_VERSION = 80  # Valkey 9.0
 _TYPES = {1: "list", 2: "set", 3: "zset", 4: "hash", 5: "zset", 6: "module", 7: "module", 9: "hash",
           10: "list", 11: "set", 12: "zset", 13: "hash", 14: "list", 15: "stream", 16: "hash", 17: "zset",
-          18: "list", 19: "stream", 20: "hash", 21: "stream",
+          18: "list", 19: "stream", 20: "set", 21: "stream",
           22: "hash", 23: "hash", 24: "hash", 25: "hash"}  # fmt: skip
 _VALKEY_TYPES = {t: name for t, name in _TYPES.items() if t <= 22}  # Valkey 9.0: 22 is its own hash with TTLs
 

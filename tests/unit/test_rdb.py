@@ -154,3 +154,13 @@ def test_valkey_9_files_and_the_versions_past_what_kvd_reads():
         read(sealed(b"VALKEY081"))
     with pytest.raises(rdb.RdbError, match="RDB version 13 is newer than kvd reads"):
         read(sealed(b"REDIS0013"))
+
+
+def test_a_set_listpack_is_a_set():
+    """Type 20 is Redis 7.2's listpack of a small set (RDB_TYPE_SET_LISTPACK), not a hash: counted as a set, and
+    named so when refused."""
+    data = sealed(rdb.preamble(1, 0, []) + b"\x14\x01s" + rdb.encode_string(b"listpack bytes"))
+    with pytest.raises(rdb.RdbError, match="is a set; kvd stores strings only"):
+        read(data)
+    reader = rdb.RdbReader(io.BytesIO(data), skip_other_types=True)
+    assert list(reader) == [] and reader.skipped == {"set": 1}
