@@ -30,10 +30,11 @@ The link (``ReplicaLink``) is one task and at most one connection, in the steps 
                passed are loaded too, as a Redis replica loads them (below, "Deadlines").
     streaming  the connection becomes a client (``PrimaryClient``) whose commands run like any client's and
                whose replies are dropped, except REPLCONF GETACK, answered with ``REPLCONF ACK <offset>``; the
-               offset also goes to the primary once a second, which is what its WAIT counts. Its batches do not
-               wait for the log as a client's replies do (nobody reads these); reading waits only while the log
-               has ``LOG_LAG_MAX`` bytes or more left to write. FUNCTION and SCRIPT are passed over (a script's
-               or function's writes come as their effects).
+               offset also goes to the primary once a second, which is what its WAIT counts. With persistence on
+               the ACK adds ``FACK <offset>``, what the log has fsynced (``FsyncedOffset``), which a Redis 7.2+
+               primary's WAITAOF counts. Its batches do not wait for the log as a client's replies do (nobody
+               reads these); reading waits only while the log has ``LOG_LAG_MAX`` bytes or more left to write.
+               FUNCTION and SCRIPT are passed over (a script's or function's writes come as their effects).
 
 Offsets. ``offset`` counts the bytes of every command that reached the keyspace, as the canonical RESP size of
 its arguments (primaries send commands in that form). A cut link connects again at once (then, while attempts
@@ -98,8 +99,11 @@ from kvd.persist.rdb import RdbError, RdbReader
 from kvd.store.keyspace import from_primary, now_ms
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from kvd.config import Settings
     from kvd.failover import Failover
+    from kvd.persist.log import SegmentLog
     from kvd.server import Server
     from kvd.stats import ServerStats
 
@@ -545,8 +549,74 @@ class PrimaryClient(Client):
         return self.link.offset - self._running
 
     def send_ack(self) -> None:
+        """``REPLCONF ACK <offset>``, and with persistence on ``FACK <offset the log has fsynced>``, as a Redis 7.2
+        replica with appendonly yes sends it (``replicationSendAck``; one with appendonly no sends no FACK)."""
         if self.transport is not None and not self._closed:
-            self.transport.write(encode_command(b"REPLCONF", b"ACK", b"%d" % self.applied_offset()))
+            ack = [b"REPLCONF", b"ACK", b"%d" % self.applied_offset()]
+            if self.keyspace.log is not None:
+                ack += [b"FACK", b"%d" % self.link.fsynced.offset]
+            self.transport.write(encode_command(*ack))
+
+    def ask_fsync(self) -> None:
+        """Have the log prove the offset applied now fsynced (``FsyncedOffset``); a proof that takes an fsync sends
+        an ACK when it is done, so the primary's WAITAOF need not wait for the next one."""
+        seg_log = self.keyspace.log
+        if seg_log is not None:
+            self.link.fsynced.prove(seg_log, self.applied_offset(), self.send_ack)
+
+
+class FsyncedOffset:
+    """FACK: the offset of the primary's stream up to which the replica's log has fsynced every write (Redis 7.2's
+    ``fsynced_reploff``), which a Redis 7.2+ primary's WAITAOF counts. It only ever names an offset the log has
+    proven: at most once a second the link asks it (``sync_then``: an fdatasync of what was appended, the segments
+    sealed before it included) to vouch for everything appended up to the offset applied then, and the offset
+    becomes FACK when the fsync succeeds. Nothing appended since the last proof: the offset applied now adds no
+    write, and is FACK at once. With ``appendfsync no`` the log is never asked to fsync (the policy says not to):
+    FACK stays where it was, as a Redis replica's stays at its last rewrite. A write the log lost (an error) stops
+    FACK until the next full synchronisation replaces the data: the offsets past it are not on disk whole."""
+
+    __slots__ = ("_asking", "_epoch", "_failures", "_records", "offset")
+
+    def __init__(self) -> None:
+        self.offset = 0
+        self._records = -1  # the log's appended_records when the last proof was asked
+        self._failures = -1  # the log's failures when this history began (-1: not known yet)
+        self._epoch = 0  # a proof asked before a reset is dropped
+        self._asking = False
+
+    def reset(self, seg_log: SegmentLog | None) -> None:
+        """A new history (a full synchronisation's data replaces what was held): nothing of it is proven yet."""
+        self.offset = 0
+        self._records = -1
+        self._failures = seg_log.failures if seg_log is not None else -1
+        self._epoch += 1
+        self._asking = False
+
+    def prove(self, seg_log: SegmentLog, offset: int, proven: Callable[[], None]) -> None:
+        if self._asking or offset <= self.offset:
+            return
+        if self._failures < 0:
+            self._failures = seg_log.failures
+        if seg_log.failures != self._failures:
+            return
+        records = seg_log.appended_records
+        if records == self._records:  # the ACK about to go carries it
+            self.offset = offset
+            return
+        if seg_log.appendfsync == "no":
+            return
+        self._asking = True
+        epoch = self._epoch
+
+        def done(ok: bool) -> None:
+            if epoch != self._epoch:
+                return
+            self._asking = False
+            if ok and seg_log.failures == self._failures and offset > self.offset:
+                self.offset, self._records = offset, records
+                proven()
+
+        seg_log.sync_then(done)
 
 
 _DATABASE_COMMANDS = {
@@ -633,6 +703,7 @@ class ReplicaLink:
         self._task: asyncio.Task[None] | None = None
         self._stopped = False
         self.failover: Failover | None = None  # this server ran FAILOVER: the first PSYNC says so (kvd/failover.py)
+        self.fsynced = FsyncedOffset()  # what the ACKs say the log has fsynced (FACK)
 
     # -- life ----------------------------------------------------------------------------------------------
 
@@ -822,6 +893,7 @@ class ReplicaLink:
                 time.monotonic() - received,
             )
             self.replid, self.offset = _NO_HISTORY, -1  # the old data goes now: a failed load cannot be continued
+            self.fsynced.reset(self.server.keyspace.log)
             self.db = 0  # the primary's stream after a snapshot starts with a SELECT where it needs one
             await self._load(path, checked)
         finally:
@@ -927,12 +999,14 @@ class ReplicaLink:
         self.state = "connected"
         self.last_error = ""
         log.info("replicating from %s:%d at offset %d", self.host, self.port, self.offset)
+        client.ask_fsync()
         client.send_ack()  # a diskless primary starts the stream on the first ACK
         timeout = self.server.settings.repl_timeout
         while not self._stream_done.done():
             await asyncio.wait([self._stream_done], timeout=ACK_SECONDS)
             if self._stream_done.done():
                 break
+            client.ask_fsync()
             client.send_ack()
             if client.idle(time.monotonic()) > timeout:
                 log.warning("no data from %s:%d for %d s (repl-timeout): reconnecting", self.host, self.port, timeout)

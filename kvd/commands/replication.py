@@ -1,8 +1,9 @@
 """ROLE, WAIT, WAITAOF, REPLICAOF and FAILOVER: Redis's replication commands.
 
 ROLE and WAIT see the replicas attached with PSYNC (kvd/replication.py): WAIT blocks until enough of them have
-acknowledged every write before it, or its timeout. WAITAOF's replica count is always 0: Redis 7.0 replicas do not
-report their own fsyncs.
+acknowledged every write before it, or its timeout. WAITAOF's replica count is always 0: kvd does not read the
+``FACK`` of a replica's ``REPLCONF ACK`` (Redis 7.2+ replicas with appendonly yes and kvd replicas with
+persistence on send one; Redis 7.0's send none).
 
 REPLICAOF <host> <port> makes kvd a read-only replica of that server, Redis or kvd (kvd/replica.py: the link
 connects in the background, so the reply is +OK at once, as Redis's); REPLICAOF NO ONE makes it a primary again

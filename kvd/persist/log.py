@@ -196,6 +196,7 @@ class SegmentLog(SegmentLogHooks):
         self.budget_holds = 0  # client batches held by the disk budget
         self.corrupt_reads = 0
         self.lost_records = 0
+        self.seal_failures = 0  # segments whose seal (fsync + hint) failed
         self.flushes = 0
 
     # -- startup -----------------------------------------------------------------------------------------------
@@ -529,6 +530,13 @@ class SegmentLog(SegmentLogHooks):
             self.logger.exception("a write barrier's waiter failed")
 
     @property
+    def failures(self) -> int:
+        """Records lost, write and fsync errors, failed seals so far. ``sync_then`` vouches for what is appended
+        when it is called, not for what an earlier failure lost: a replica's FACK stops at one (kvd/replica.py)."""
+        w = self._writer
+        return self.lost_records + self.seal_failures + (w.write_errors if w is not None else 0)
+
+    @property
     def pending_bytes(self) -> int:
         """Bytes appended and not yet written: how far the writer is behind the keyspace."""
         return self._pending_bytes
@@ -714,6 +722,8 @@ class SegmentLog(SegmentLogHooks):
         self._loop.call_soon_threadsafe(self._on_sealed, seg.id, ok)
 
     def _on_sealed(self, seg_id: int, ok: bool) -> None:
+        if not ok:
+            self.seal_failures += 1
         seg = self._segments.get(seg_id)
         if seg is not None and seg is not self._active and seg_id not in self._retiring:
             seg.ready = True

@@ -698,6 +698,47 @@ def test_replconf_getack_is_answered_with_the_offset_before_it(server):
         fake.wait_ack(written + 2 * 37, timeout=5)  # the next ACK counts both
 
 
+@pytest.mark.kvd_only
+@pytest.mark.parametrize("appendfsync", ["always", "everysec", "no", "off"])
+def test_a_persistent_replica_s_acks_say_what_its_log_has_fsynced(server_factory, appendfsync):
+    """With persistence on, each REPLCONF ACK carries ``FACK <offset>``, the offset up to which the log has fsynced
+    the primary's writes (what a Redis 7.2+ primary's WAITAOF counts), never past the ACK's own offset nor going
+    back. With appendfsync always or everysec the write is fsynced within about a second and FACK reaches it;
+    with no the log is never made to fsync, so FACK stays before the write; without persistence (a Redis
+    replica with appendonly no) the ACKs carry no FACK."""
+    options = {"persistence": "no"} if appendfsync == "off" else {"persistence": "yes", "appendfsync": appendfsync}
+    with linked_to_fake_primary(server_factory(**options), offset=1000) as (_, fake):
+        fake.send(["SET", "k", "v"])
+        written = 1000 + len(encode("SET", "k", "v"))
+        fake.wait_ack(written)
+        if appendfsync in ("always", "everysec"):
+            fake.wait_fack(written, timeout=5)
+        else:
+            time.sleep(2.5)  # two of the replica's once-a-second ACKs at least
+        facks = fake.facks()
+        if appendfsync == "off":
+            assert {fack for _, fack in facks} == {None}, facks
+            return
+        assert all(fack is not None and fack <= ack for ack, fack in facks), facks
+        assert [fack for _, fack in facks] == sorted(fack for _, fack in facks), facks
+        if appendfsync == "no":
+            assert max(fack for _, fack in facks) < written, facks
+
+
+def test_a_redis_7_0_primary_takes_a_persistent_replica_s_acks(server_factory, redis_server):
+    """A persistent kvd replica's ACKs carry FACK, which Debian's Redis 7.0 does not know: its REPLCONF ACK reads
+    the offset and returns before the rest, so WAIT counts the replica and the stream flows as without it."""
+    replica = server_factory(persistence="yes", appendfsync="everysec")
+    p = redis_server.client()
+    values = fill(p)
+    r = follow(replica, redis_server)
+    same(p, r)
+    assert r.get(b"above-offload") == values[b"above-offload"][0]
+    every_kind_of_change(p, r)
+    offset = p.info("replication")["master_repl_offset"]
+    until(lambda: p.info("replication")["slave0"]["offset"] == offset, "the replica's ACK of the last write", 5)
+
+
 def test_a_cut_link_is_connected_again_at_once(server, redis_server):
     """Redis 7 reconnects to its primary as soon as the link drops (replicationHandleMasterDisconnection), not at
     the next once-a-second cron: under a stream of writes a second's wait may outrun the backlog."""

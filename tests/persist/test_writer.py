@@ -406,3 +406,29 @@ async def test_close_says_whether_the_log_ended_durable(seg_dir: Path) -> None:
     await settle(log)
     inject_fault(log, OSError(errno.EIO, os.strerror(errno.EIO)))
     assert await log.close() is False
+
+
+async def test_failures_count_lost_writes_and_failed_seals(seg_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``failures`` (what a replica's FACK stops at) grows with a segment whose seal failed, though ``sync_then``
+    still answers True once the seal is done, and with a write error and the records it lost."""
+    import kvd.persist.log as log_module
+
+    def failing_seal(*args: object) -> None:
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(log_module, "seal", failing_seal)
+    log, owner, _ = await open_log(seg_dir, appendfsync="everysec", segment_size=64 << 10)
+    assert log.failures == 0
+    for i in range(40):  # past one segment: it rolls and is sealed
+        owner.set(b"k%d" % i, b"v" * 4000)
+    assert await log.durable()
+    assert log.seal_failures >= 1 and log.failures == log.seal_failures
+    sealed = log.failures
+    inject_fault(log, OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
+    owner.set(b"doomed", b"d" * 5000)
+    with pytest.raises(PersistError):
+        await log.barrier()
+    assert log.failures > sealed and log.lost_records >= 1
+    inject_fault(log, None)
+    await wait_for(lambda: log.misconf() is None, timeout=5)
+    await log.close()

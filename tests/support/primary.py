@@ -77,14 +77,29 @@ class FakePrimary:
 
     def acks(self) -> list[int]:
         """The offsets of the REPLCONF ACKs received so far, in order."""
+        return [ack for ack, _ in self.facks()]
+
+    def facks(self) -> list[tuple[int, int | None]]:
+        """Each REPLCONF ACK's offset and its FACK (the offset the replica's log has fsynced; None: not sent)."""
         return [
-            int(n) for n in re.findall(rb"\*3\r\n\$8\r\nREPLCONF\r\n\$3\r\nACK\r\n\$\d+\r\n(\d+)\r\n", self.received)
+            (int(ack), int(fack) if fack else None)
+            for count, ack, fack in re.findall(
+                rb"\*([35])\r\n\$8\r\nREPLCONF\r\n\$3\r\nACK\r\n\$\d+\r\n(\d+)\r\n(?:\$4\r\nFACK\r\n\$\d+\r\n(\d+)\r\n)?",
+                self.received,
+            )
+            if (count == b"5") == bool(fack)
         ]
 
     def wait_ack(self, offset: int, timeout: float = 10) -> None:
         deadline = time.monotonic() + timeout
         while offset not in self.acks():
             assert time.monotonic() < deadline, f"no ACK of {offset}: {self.acks()}"
+            time.sleep(0.02)
+
+    def wait_fack(self, offset: int, timeout: float = 10) -> None:
+        deadline = time.monotonic() + timeout
+        while not any(fack is not None and fack >= offset for _, fack in self.facks()):
+            assert time.monotonic() < deadline, f"no FACK of {offset}: {self.facks()}"
             time.sleep(0.02)
 
     @staticmethod
