@@ -27,7 +27,9 @@ alone.
 Offsets and WAIT. ``offset`` counts every byte of the stream (Redis's ``master_repl_offset``). A replica reports
 what it has applied with ``REPLCONF ACK <offset>`` once a second; WAIT sends ``REPLCONF GETACK *`` so the answer
 comes at once, and counts the replicas whose acknowledged offset covers every change made before the WAIT (by
-any client: Redis counts the WAITing client's own last write, which is never later). Every
+any client: Redis counts the WAITing client's own last write, which is never later). A replica whose AOF (or
+log) is on adds ``FACK <offset>``, how far it has fsynced the stream (Redis 7.2+, kvd with persistence on):
+WAITAOF counts those in the same way. Every
 ``repl-ping-replica-period`` seconds (10) a ``PING`` goes down the stream, so idle replicas do not time out.
 
 Flow control. The primary never waits for a replica: a replica's stream queues in its connection while it loads
@@ -72,7 +74,7 @@ _GETACK = b"*3\r\n$8\r\nREPLCONF\r\n$6\r\nGETACK\r\n$1\r\n*\r\n"
 class Replica:
     """One replica's connection, from its PSYNC on."""
 
-    __slots__ = ("ack_offset", "ack_time", "client", "queued", "queued_bytes", "state")
+    __slots__ = ("ack_offset", "ack_time", "aof_offset", "client", "queued", "queued_bytes", "state")
 
     def __init__(self, client: Client) -> None:
         self.client = client
@@ -80,6 +82,7 @@ class Replica:
         self.queued: list[Part] = []  # the stream since the snapshot, until the snapshot has been sent
         self.queued_bytes = 0
         self.ack_offset = 0
+        self.aof_offset = 0  # FACK: up to where its AOF / log is fsynced (Redis's repl_aof_off)
         self.ack_time = time.monotonic()
 
     @property
@@ -327,9 +330,12 @@ class ReplicationFeed:
         self._wake_ack_waiters()
         return not self.needed
 
-    def ack(self, replica: Replica, offset: int) -> None:
+    def ack(self, replica: Replica, offset: int, fsynced: int | None = None) -> None:
+        """``REPLCONF ACK <offset> [FACK <fsynced>]``: both only ever move forward, as Redis's."""
         if offset > replica.ack_offset:
             replica.ack_offset = offset
+        if fsynced is not None and fsynced > replica.aof_offset:
+            replica.aof_offset = fsynced
         replica.ack_time = time.monotonic()
         self._wake_ack_waiters()
 
@@ -342,20 +348,30 @@ class ReplicationFeed:
         """How many replicas have applied the stream up to ``offset``."""
         return sum(1 for r in self.replicas if r.state == "online" and r.ack_offset >= offset)
 
-    async def wait_acks(self, client: Client, numreplicas: int, timeout_ms: int) -> int:
-        """WAIT: until ``numreplicas`` replicas acknowledge every change made before it, or the timeout."""
-        self.flush_now()
-        target = self.written_offset
+    def aof_acked(self, offset: int) -> int:
+        """How many replicas have fsynced the stream up to ``offset`` (their FACK; Redis's
+        ``replicationCountAOFAcksByOffset``)."""
+        return sum(1 for r in self.replicas if r.state == "online" and r.aof_offset >= offset)
+
+    async def wait_acks(
+        self, client: Client, numreplicas: int, timeout_ms: int, target: int | None = None, aof: bool = False
+    ) -> int:
+        """WAIT: until ``numreplicas`` replicas acknowledge every change made before it (``target``: the stream's
+        end now), or the timeout. ``aof``: WAITAOF's count, of their FACKs."""
+        if target is None:
+            self.flush_now()
+            target = self.written_offset
+        count = self.aof_acked if aof else self.acked
         deadline = time.monotonic() + timeout_ms / 1000 if timeout_ms else None
-        if self.acked(target) < numreplicas:
+        if count(target) < numreplicas:
             self.request_acks()  # now rather than at the replicas' next second
-        while self.acked(target) < numreplicas:
+        while count(target) < numreplicas:
             waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._ack_waiters.append(waiter)
             left = 0 if deadline is None else max(1, round((deadline - time.monotonic()) * 1000))
             if not await client.block(waiter, left):
                 break
-        return self.acked(target)
+        return count(target)
 
     def request_acks(self) -> None:
         """REPLCONF GETACK * to every replica: their offsets now, not at their next second."""

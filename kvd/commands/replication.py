@@ -1,9 +1,10 @@
 """ROLE, WAIT, WAITAOF, REPLICAOF and FAILOVER: Redis's replication commands.
 
 ROLE and WAIT see the replicas attached with PSYNC (kvd/replication.py): WAIT blocks until enough of them have
-acknowledged every write before it, or its timeout. WAITAOF's replica count is always 0: kvd does not read the
-``FACK`` of a replica's ``REPLCONF ACK`` (Redis 7.2+ replicas with appendonly yes and kvd replicas with
-persistence on send one; Redis 7.0's send none).
+acknowledged every write before it, or its timeout. WAITAOF counts, the same way, the replicas whose ``FACK``
+(``REPLCONF ACK <offset> FACK <fsynced offset>``) covers every write before it: Redis 7.2+ replicas with
+appendonly yes and kvd replicas with persistence on send one; Redis 7.0's, and replicas without an AOF, send
+none and are never counted. On a replica WAITAOF is refused, as Redis refuses it.
 
 REPLICAOF <host> <port> makes kvd a read-only replica of that server, Redis or kvd (kvd/replica.py: the link
 connects in the background, so the reply is +OK at once, as Redis's); REPLICAOF NO ONE makes it a primary again
@@ -17,8 +18,10 @@ Redis primary. The wait blocks only its own client; CLIENT UNBLOCK, a disconnect
 WAITAOF's local part is real: ``WAITAOF 1 0 timeout`` returns ``[1, 0]`` once everything acknowledged to this
 client so far is fsynced. With ``appendfsync always`` that is already so (a write's reply waits for its fsync,
 and WAITAOF's reply leaves after the replies before it); otherwise it asks the log for an fsync of everything
-appended so far (kvd/persist/saves.py: concurrent requests share one) and answers when it completes, or
-``[0, 0]`` at the timeout. Inside MULTI nothing blocks: the counts are answered as they are.
+appended so far (kvd/persist/saves.py: concurrent requests share one) and answers when it completes, or with
+a local count of 0 at the timeout, or at once if that fsync failed (``SegmentLog.sync_then``). The replicas are
+waited for (a FACK wakes the waiters) after the local part, within the same timeout. Inside MULTI nothing
+blocks: the counts are answered as they are.
 """
 
 from __future__ import annotations
@@ -125,33 +128,53 @@ def waitaof(c: Client, argv: list[Any]) -> Any:
     if numreplicas < 0:
         raise CommandError("ERR value is out of range, must be positive")
     timeout = _timeout_ms(argv[3])
-    seg_log = c.keyspace.log
-    if numlocal and seg_log is None:
+    if c.server.link is not None:
+        raise CommandError(
+            "ERR WAITAOF cannot be used with replica instances. Please also note that writes to replicas are just "
+            "local and are not propagated."
+        )
+    if numlocal and c.keyspace.log is None:
         raise CommandError("ERR WAITAOF cannot be used when numlocal is set but appendonly is disabled.")
-    fsynced = seg_log is None or seg_log.appendfsync == "always" or not c.server.saves.changes_since_last_save()
-    if ((fsynced or not numlocal) and numreplicas == 0) or c.executing_transaction:
-        _reply_acks(c, int(fsynced and seg_log is not None))
+    feed = c.server.replication
+    feed.flush_now()
+    target = feed.written_offset
+    local = _fsynced(c)
+    replicas = feed.aof_acked(target)
+    if (local >= numlocal and replicas >= numreplicas) or c.executing_transaction:
+        _reply_acks(c, local, replicas)
         return None
-    return _wait_fsync(c, numlocal, numreplicas, timeout, fsynced)
+    return _wait_fsync(c, numlocal, numreplicas, timeout, local, target)
 
 
-async def _wait_fsync(c: Client, numlocal: int, numreplicas: int, timeout: int, fsynced: bool) -> None:
+def _fsynced(c: Client) -> int:
+    """WAITAOF's local count: 1 when everything appended so far is fsynced (as far as it is known without asking
+    the log), 0 otherwise and without persistence."""
+    seg_log = c.keyspace.log
+    if seg_log is None:
+        return 0
+    return int(seg_log.appendfsync == "always" or not c.server.saves.changes_since_last_save())
+
+
+async def _wait_fsync(c: Client, numlocal: int, numreplicas: int, timeout: int, local: int, target: int) -> None:
+    feed = c.server.replication
     deadline = time.monotonic() + timeout / 1000
-    if numlocal and not fsynced:
+    if numreplicas and feed.aof_acked(target) < numreplicas:
+        feed.request_acks()  # their FACKs come back while the local fsync runs
+    if numlocal and not local:
         save = c.server.saves.save()
-        fsynced = await c.block(save, timeout) and save.result()
+        local = int(await c.block(save, timeout) and save.result())
         _raise_unblock_error(c)
-    if numreplicas and (fsynced or not numlocal):  # no replica will ever acknowledge: wait out the rest
+    if numreplicas and (local or not numlocal):  # (a local fsync that failed or timed out: answered now)
         left = max(1, round((deadline - time.monotonic()) * 1000)) if timeout else 0
-        await c.block(None, left)
+        await feed.wait_acks(c, numreplicas, left, target, aof=True)
         _raise_unblock_error(c)
-    _reply_acks(c, int(fsynced))
+    _reply_acks(c, max(local, _fsynced(c)), feed.aof_acked(target))
 
 
-def _reply_acks(c: Client, local: int) -> None:
+def _reply_acks(c: Client, local: int, replicas: int) -> None:
     c.reply.array(2)
     c.reply.integer(local)
-    c.reply.integer(0)
+    c.reply.integer(replicas)
 
 
 def _raise_unblock_error(c: Client) -> None:

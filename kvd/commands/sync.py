@@ -82,10 +82,16 @@ def replconf(c: Client, argv: list[Any]) -> None:
         elif option == b"capa":
             pass  # capabilities this server does not use are ignored, as Redis ignores unknown ones
         elif option == b"ack":
-            # A replica's report of what it has applied (once a second, or after GETACK): never answered.
+            # A replica's report of what it has applied (once a second, or after GETACK), and with ``FACK`` what
+            # it has fsynced (WAITAOF counts that): never answered. A malformed offset is ignored, as Redis does.
             if c.replica is not None:
                 with contextlib.suppress(CommandError):
-                    c.server.replication.ack(c.replica, parse_int(value))
+                    offset = parse_int(value)
+                    fsynced = None
+                    if len(argv) > i + 3 and lower(argv[i + 2]) == b"fack":
+                        with contextlib.suppress(CommandError):
+                            fsynced = parse_int(argv[i + 3])
+                    c.server.replication.ack(c.replica, offset, fsynced)
             return
         elif option == b"getack":
             if c.link is not None:  # from this replica's primary: the offset, now (kvd/replica.py)

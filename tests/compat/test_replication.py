@@ -439,3 +439,71 @@ def test_a_replica_s_announced_address_is_what_the_primary_shows(server, replica
     assert [tuple(x[:2]) for x in p.execute_command("ROLE")[2]] == [(b"10.9.9.9", b"6390")]
     with server.raw() as raw:  # the announced address is the one FAILOVER TO knows it by
         assert raw.command("FAILOVER", "TO", "127.0.0.1", str(replica.port)).startswith(b"-ERR FAILOVER target")
+
+
+def fake_replica(raw) -> None:
+    """Make a raw connection a replica (PSYNC, the snapshot read), as a Redis replica's handshake does."""
+    assert raw.command("REPLCONF", "listening-port", "1") == b"+OK\r\n"
+    raw.send_command("PSYNC", "?", "-1")
+    assert raw.recv_until(b"\r\n").startswith(b"+FULLRESYNC ")
+    raw.recv_exact(int(raw.recv_until(b"\r\n")[1:-2]))
+
+
+@pytest.mark.kvd_only  # WAITAOF came with Redis 7.2; the Debian redis-server is 7.0
+def test_waitaof_counts_a_replica_s_fack(server):
+    """WAITAOF counts the replicas whose ``REPLCONF ACK <offset> FACK <fsynced>`` covers the writes before it (Redis's
+    ``repl_aof_off``): an ACK without FACK (a replica without an AOF, or Redis 7.0's) counts for WAIT only, a FACK
+    wakes a WAITAOF blocked on it, and a FACK that goes back, or does not parse, changes nothing."""
+    from support.raw import parse
+
+    p = server.client()
+    with server.raw(timeout=30) as raw, server.raw() as c:
+        fake_replica(raw)
+        assert c.command("SET", "k", "v") == b"+OK\r\n"
+        offset = p.info("replication")["master_repl_offset"]
+        raw.send_command("REPLCONF", "ACK", offset)  # no FACK
+        until(lambda: p.info("replication")["slave0"]["offset"] == offset, "the ACK")
+        assert c.command("WAIT", "1", "0") == b":1\r\n"
+        started = time.monotonic()
+        assert parse(c.command("WAITAOF", "0", "1", "300")) == [0, 0]  # the whole timeout
+        assert time.monotonic() - started >= 0.25
+        c.send_command("WAITAOF", "0", "1", "0")  # for ever, until a FACK covers the write
+        raw.send_command("REPLCONF", "ACK", offset, "FACK", offset - 1)
+        raw.send_command("REPLCONF", "ACK", offset, "FACK", "nope")
+        with pytest.raises(TimeoutError):  # still blocked: neither FACK covers the write
+            c.read_reply(timeout=0.3)
+        raw.send_command("REPLCONF", "ACK", offset, "FACK", offset)
+        assert parse(c.read_reply(timeout=5)) == [0, 1]
+        raw.send_command("REPLCONF", "ACK", offset, "FACK", "1")  # going back: ignored
+        time.sleep(0.1)
+        assert parse(c.command("WAITAOF", "0", "1", "0")) == [0, 1]  # at once
+        assert parse(c.command("WAITAOF", "0", "2", "100")) == [0, 1]
+        assert c.command("SET", "k", "w") == b"+OK\r\n"  # a write the FACK does not cover
+        assert parse(c.command("WAITAOF", "0", "1", "100")) == [0, 0]
+        assert c.command("MULTI") == b"+OK\r\n"
+        assert c.command("WAITAOF", "0", "1", "0") == b"+QUEUED\r\n"
+        assert parse(c.command("EXEC")) == [[0, 0]]  # never blocks inside a transaction
+
+
+@pytest.mark.kvd_only  # WAITAOF came with Redis 7.2; the Debian redis-server is 7.0
+@pytest.mark.parametrize("persistence", ["yes", "no"])
+def test_waitaof_counts_a_kvd_replica_with_persistence_on(server_factory, persistence):
+    """A kvd replica with persistence on sends FACK (kvd/replica.py): the primary's WAITAOF counts it once its log
+    has fsynced the write (the replica proves that at most once a second). One without persistence sends none:
+    WAITAOF answers 0 replicas at its timeout, though WAIT counts it. WAITAOF on the replica is refused."""
+    primary = server_factory()
+    replica = server_factory(persistence=persistence, appendfsync="everysec")
+    follow(replica, primary)
+    p = primary.client()
+    p.set("k", "v")
+    assert p.execute_command("WAIT", 1, 10_000) == 1
+    started = time.monotonic()
+    local, replicas = p.execute_command("WAITAOF", 0, 1, 3000)
+    took = time.monotonic() - started
+    assert local == 0  # the primary has no log
+    if persistence == "yes":
+        assert replicas == 1 and took < 2.5
+    else:
+        assert replicas == 0 and took >= 2.9
+    with pytest.raises(redis.ResponseError, match="^WAITAOF cannot be used with replica instances"):
+        replica.client().execute_command("WAITAOF", 0, 0, 0)
