@@ -121,7 +121,7 @@ def monitor_(c: Client, argv: list[Any]) -> None:
 # -- SAVE, BGSAVE, LASTSAVE (kvd/persist/saves.py) -------------------------------------------------------------
 
 _NOTHING_TO_SAVE = "ERR persistence is off: kvd writes nothing to disk (start it with --persistence yes)"
-_SAVE_FAILED = "ERR the log could not be fsynced: see kvd's log; writes get -MISCONF until the disk recovers"
+_SAVE_FAILED = "ERR the log could not be fsynced: see kvd's log"
 
 
 @command(

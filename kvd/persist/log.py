@@ -28,6 +28,12 @@ the old copy). That record is still on disk: compaction waits until everything a
 drops a record, so a record made dead by a write that then failed is never gone. Appends made while refusing
 get a location in the void segment 0 and are undone right away.
 
+Lost fsyncs. An fsync that fails while records it covered stay in a segment (everysec's fsync thread, an
+``OP_SYNC`` under everysec/no, a seal whose fsync is the first of some records) puts the segment in
+``fsync_lost``: a strict ``sync_then`` (SAVE, BGSAVE, WAITAOF, a replica's FACK) answers False while the log holds
+it, since Linux may have dropped those pages. Compaction and BGREWRITEAOF (which includes such segments) copy the
+records to a fresh, fsynced file, and the segment leaves the set; so does a FLUSHALL's unlink.
+
 FLUSHALL. ``append_flush`` rolls to a fresh segment and writes the FLUSH record first in it; every older segment
 is then entirely dead, and once the FLUSH is durable they are unlinked (FLUSH first, so a crash half way through
 the unlinks can never bring old keys back). A FLUSH whose write fails is undone as the other writes are: the older
@@ -55,7 +61,7 @@ from . import maintenance
 from .base import Before, CorruptRecord, Location, LogOwner, PersistError, RecoveredKeys, RecoveryReport
 from .record import DEL, EXPIRE, FILE_HDR_SIZE, FLUSH, HDR_SIZE, MAX_VALUE, SET, decode_header
 from .recovery import lock_directory, recover
-from .segment import HintBuilder, Segment, read_exact_into, seal
+from .segment import HintBuilder, Segment, read_exact_into, seal_hint, sync_segment
 from .writer import OP_FAIL, OP_PROBE, OP_REC, OP_ROLL, OP_STOP, OP_SYNC, SegmentLogHooks, Syncer, Writer
 
 MISCONF_PREFIX = "MISCONF Errors writing to the AOF file: "
@@ -197,6 +203,9 @@ class SegmentLog(SegmentLogHooks):
         self.corrupt_reads = 0
         self.lost_records = 0
         self.seal_failures = 0  # segments whose seal (fsync + hint) failed
+        # Segments (by key) holding records an fsync failed to make durable; a strict ``sync_then`` fails while
+        # one is still in the log. A rewrite (compaction, BGREWRITEAOF) or FLUSHALL takes it out.
+        self.fsync_lost: set[int] = set()
         self.flushes = 0
 
     # -- startup -----------------------------------------------------------------------------------------------
@@ -338,7 +347,7 @@ class SegmentLog(SegmentLogHooks):
                 for seg in older:
                     self._retiring.discard(seg.id)
 
-        self.sync_then(durable)
+        self.sync_then(durable, strict=False)
 
     def mark_dead(self, loc: Location) -> None:
         seg_id, offset, record_len, _ = loc
@@ -437,12 +446,32 @@ class SegmentLog(SegmentLogHooks):
         self._batch.append((OP_ROLL, new))
         self._schedule_submit()
 
-    def sync_then(self, callback: Callable[[bool], None]) -> None:
-        """Call ``callback(ok)`` on the loop once everything appended so far is fsynced (sealed segments too)."""
+    def sync_then(self, callback: Callable[[bool], None], strict: bool = True) -> None:
+        """Call ``callback(ok)`` on the loop once everything appended so far is fsynced (sealed segments too).
+
+        ``ok`` is False if that fsync failed, and (``strict``) also while the log holds a segment whose records
+        an fsync failed to make durable (``fsync_lost``: the active segment's, a seal's, everysec's): after a
+        failed fsync Linux may have dropped those pages, and a later fsync that succeeds says nothing of them.
+        The seals and the writer's fsyncs report a failure before the callback runs (FIFO), so none that it
+        depends on is missed. Not strict: the log's own jobs, which only need what they appended (compaction
+        rewrites such a segment, FLUSHALL drops it)."""
+        if strict:
+            inner = callback
+
+            def callback(ok: bool) -> None:
+                inner(ok and not self._holds_lost_fsync())
+
         self._batch.append((OP_SYNC, callback))
         self._schedule_submit()
 
-    def durable(self) -> asyncio.Future[bool]:
+    def _holds_lost_fsync(self) -> bool:
+        lost = self.fsync_lost
+        if not lost:
+            return False
+        lost.intersection_update(self._segments)  # rewritten or retired: what it held is elsewhere, fsynced
+        return any(self._segments[key].id not in self._retiring for key in lost)
+
+    def durable(self, strict: bool = True) -> asyncio.Future[bool]:
         assert self._loop is not None
         fut: asyncio.Future[bool] = self._loop.create_future()
 
@@ -450,7 +479,7 @@ class SegmentLog(SegmentLogHooks):
             if not fut.done():
                 fut.set_result(ok)
 
-        self.sync_then(done)
+        self.sync_then(done, strict)
         return fut
 
     # -- barrier and writer reports (loop thread) --------------------------------------------------------------
@@ -531,8 +560,9 @@ class SegmentLog(SegmentLogHooks):
 
     @property
     def failures(self) -> int:
-        """Records lost, write and fsync errors, failed seals so far. ``sync_then`` vouches for what is appended
-        when it is called, not for what an earlier failure lost: a replica's FACK stops at one (kvd/replica.py)."""
+        """Records lost, write and fsync errors, failed seals so far: a replica's FACK stops at one (kvd/replica.py).
+        ``sync_then`` fails while records a failed fsync covered are in the log (``fsync_lost``), not for records
+        a write error lost (they were undone)."""
         w = self._writer
         return self.lost_records + self.seal_failures + (w.write_errors if w is not None else 0)
 
@@ -676,7 +706,8 @@ class SegmentLog(SegmentLogHooks):
         if seg is not None and seg.id not in self._retiring:
             seg.live += loc.record_len
 
-    def _on_fsync_error(self, text: str) -> None:
+    def _on_fsync_error(self, text: str, seg_key: int) -> None:
+        self.on_fsync_lost(seg_key)  # the everysec fsync: what it covered stays in the file, acknowledged
         if self._misconf is None and not self._closing:
             self._batch.append((OP_FAIL, text))
             self._schedule_submit()
@@ -709,21 +740,42 @@ class SegmentLog(SegmentLogHooks):
         self._misconf = None
         self.logger.warning("writes to %s work again; accepting writes", self.directory)
 
-    def seal_job(self, seg: Segment, data_len: int, hint: HintBuilder | None) -> None:
-        """Runs in the maintenance thread (queued by the writer when a segment is done)."""
-        ok = True
+    def seal_job(self, seg: Segment, data_len: int, hint: HintBuilder | None, unsynced: bool = True) -> None:
+        """Runs in the maintenance thread (queued by the writer when a segment is done). ``unsynced``: the seal's
+        fsync is the first of some of its records, so if it fails they may not be on disk (``fsync_lost``)."""
+        ok = synced = True
         try:
-            seal(seg, data_len, hint)
+            sync_segment(seg)
         except OSError as exc:
-            ok = False
-            self.logger.warning("sealing %s failed (%s): a restart will scan it", seg.path.name, exc)
+            ok = synced = False
+            self.logger.warning("fsync of %s failed (%s): its records may not be on disk", seg.path.name, exc)
+            if hint is not None:
+                hint.abandon()
+        else:
+            try:
+                seal_hint(seg, data_len, hint)
+            except OSError as exc:
+                ok = False
+                self.logger.warning("sealing %s failed (%s): a restart will scan it", seg.path.name, exc)
         seg.set_keys.seal()  # before _on_sealed makes it a candidate: compaction then asks the filter
         assert self._loop is not None
-        self._loop.call_soon_threadsafe(self._on_sealed, seg.id, ok)
+        self._loop.call_soon_threadsafe(self._on_sealed, seg.id, ok, None if synced or not unsynced else seg.key)
 
-    def _on_sealed(self, seg_id: int, ok: bool) -> None:
+    def on_fsync_lost(self, seg_key: int) -> None:
+        seg = self._segments.get(seg_key)
+        if seg is not None and seg_key not in self.fsync_lost:
+            self.fsync_lost.add(seg_key)
+            self.logger.error(
+                "%s holds records a failed fsync may have left off the disk: SAVE and WAITAOF's local count fail "
+                "until it is rewritten (BGREWRITEAOF)",
+                seg.path.name,
+            )
+
+    def _on_sealed(self, seg_id: int, ok: bool, lost_key: int | None = None) -> None:
         if not ok:
             self.seal_failures += 1
+        if lost_key is not None:
+            self.on_fsync_lost(lost_key)
         seg = self._segments.get(seg_id)
         if seg is not None and seg is not self._active and seg_id not in self._retiring:
             seg.ready = True

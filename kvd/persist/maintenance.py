@@ -94,7 +94,11 @@ def request_rewrite(log: SegmentLog) -> bool:
     if log.rewrite_pending is not None:
         return False
     active = log._active
-    pending = {s.id for s in log._segments.values() if s is not active and s.id not in log._retiring and s.dead > 0}
+    pending = {
+        s.id
+        for s in log._segments.values()
+        if s is not active and s.id not in log._retiring and (s.dead > 0 or s.key in log.fsync_lost)
+    }
     if active is not None and active.dead > 0:
         pending.add(active.id)
         log._roll()
@@ -230,7 +234,7 @@ async def _rewrite_in_place(log: SegmentLog, job: Job, keep: list[Record]) -> No
     seg = job.seg
     # Every record left out is dead because of a later record (or its TTL). Those must be on disk before the
     # segment stops holding the older ones, or a crash could lose a key whose overwrite was not yet fsynced.
-    if not await log.durable() or _stop(log, job):
+    if not await log.durable(strict=False) or _stop(log, job):
         return
     ranges: list[tuple[int, int]] = []
     for r in keep:  # adjacent records are copied as one range
@@ -370,7 +374,7 @@ async def _carry_segment(
 
 async def _retire(log: SegmentLog, job: Job, segs: list[Segment]) -> None:
     """Once what the job appended is durable, unlink ``segs`` (their records were carried or dropped)."""
-    if not await log.durable() or job.aborted:
+    if not await log.durable(strict=False) or job.aborted:
         return
     await log.retire(segs)
     if job.mode == "compact":

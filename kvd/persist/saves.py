@@ -4,7 +4,8 @@ kvd keeps no snapshot file: the log is the data. Redis's clients and tools still
 what was written so far durable, and LASTSAVE to see when that last happened (backup scripts poll it after a
 BGSAVE). Here a save is an fsync of everything appended so far, sealed segments included (``SegmentLog.durable``):
 once it has completed, a crash or a power cut loses nothing that was acknowledged before it started, whatever
-``appendfsync`` says. It blocks no client (Redis's SAVE blocks the whole server; kvd's only its caller), and
+``appendfsync`` says; it fails while the log holds records an earlier failed fsync covered (``fsync_lost``).
+It blocks no client (Redis's SAVE blocks the whole server; kvd's only its caller), and
 saves asked for while one runs share the next one. With persistence off there is nothing to make durable, and
 the commands say so.
 """

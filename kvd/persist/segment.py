@@ -410,7 +410,17 @@ def list_records(seg: Segment) -> list[Record]:
 
 def seal(seg: Segment, data_len: int, hint: HintBuilder | None = None) -> None:
     """Make a segment immutable on disk: fsync it, then write its hint (the writer's, if it has one)."""
+    sync_segment(seg)
+    seal_hint(seg, data_len, hint)
+
+
+def sync_segment(seg: Segment) -> None:
+    """A seal's fsync: what it fails to do leaves records that may not be on disk (``SegmentLog.sync_then``)."""
     os.fdatasync(seg.fd)
+
+
+def seal_hint(seg: Segment, data_len: int, hint: HintBuilder | None = None) -> None:
+    """A seal's hint: what it fails to do costs the next start a scan of the segment, and loses nothing."""
     if hint is None or not hint.install(seg, data_len):
         _write_hint_bytes(seg, _hint_of(seg.fd, seg.id, data_len))
 

@@ -45,6 +45,8 @@ record into it; when that works the old segment is sealed at its good length and
 one (a fresh segment keeps "sealed segments are immutable" true even if the failure hit mid-roll). An error
 from the everysec fsync thread only puts the log in the refusing state: those bytes were already acknowledged,
 and after a failed fsync Linux may have dropped the dirty pages, so nothing better than reporting is possible.
+A segment whose records a failed fsync (this thread's, the fsync thread's or a seal's) leaves in the file is
+reported (``on_fsync_lost``): ``SegmentLog.sync_then`` vouches for no sync while it holds them.
 
 Fault injection for tests: set ``fault`` to an OSError and every write/fsync of this thread raises it.
 """
@@ -286,6 +288,7 @@ class Writer(threading.Thread):
         pending = 0
         written_ticket = -1  # last ticket whose bytes are in the file
         stop_cb: Callable[[], None] | None = None
+        syncing = False  # an OP_SYNC's fdatasync is under way
 
         def flush() -> None:
             nonlocal iov, pending, staged
@@ -373,7 +376,9 @@ class Writer(threading.Thread):
                     self._roll(op[1])
                 elif kind == OP_SYNC:
                     flush()
+                    syncing = True
                     self._fdatasync(self.cur.fd)
+                    syncing = False
                     self.synced_end = self.end
                     # The maintenance executor is FIFO: running the callback there means every seal (fsync +
                     # hint) queued before it has finished, so the whole log is durable up to this point.
@@ -391,6 +396,9 @@ class Writer(threading.Thread):
                 self._fdatasync(self.cur.fd)
                 self.synced_end = self.end
         except OSError as exc:
+            if syncing and not self.always and self.end > self.synced_end:
+                # The records it was to make durable stay in the file (acknowledged): not known to be on disk.
+                self.post(self.hooks.on_fsync_lost, self.cur.key)
             self._fail(exc, self.synced_end if self.always else self.end)
             written_ticket = -1
             # What the failure skipped still needs an answer: a sync waiter (a compaction job, FLUSHALL's unlinks)
@@ -431,8 +439,9 @@ class Writer(threading.Thread):
         old = self.cur
         if self.always and self.end > self.synced_end:
             self._fdatasync(old.fd)
+            self.synced_end = self.end
         end = self._open_new(new)
-        self.maint.submit(self.hooks.seal_job, old, self.end, self.hint)
+        self.maint.submit(self.hooks.seal_job, old, self.end, self.hint, self.end > self.synced_end)
         self.cur, self.end, self.synced_end = new, end, end
         self.hint = _new_hint(new, self.logger)
 
@@ -445,7 +454,8 @@ class Writer(threading.Thread):
         except OSError as exc:
             self.post(self.hooks.on_probe, f"{strerror(exc)}", new.id, 0)
             return
-        self.maint.submit(self.hooks.seal_job, self.cur, self.end, None)  # its hint went with the failure
+        # its hint went with the failure
+        self.maint.submit(self.hooks.seal_job, self.cur, self.end, None, self.end > self.synced_end)
         self.cur, self.end, self.synced_end = new, end, end
         self.hint = None  # starts with the probe's PAD record: the seal walks its headers
         self.failed = False
@@ -455,7 +465,8 @@ class Writer(threading.Thread):
         self.write_errors += 1
         with contextlib.suppress(OSError):
             os.ftruncate(self.cur.fd, good_end)
-        self.end = self.synced_end = good_end
+        self.end = good_end
+        self.synced_end = min(self.synced_end, good_end)  # what the probe's seal is the first fsync of
         self.failed = True
         if self.hint is not None:  # it lists records that were cut off; the seal walks the headers instead
             self.hint.abandon()
@@ -473,7 +484,7 @@ class Writer(threading.Thread):
             self.logger.error("final fsync of %s failed: %s", self.cur.path, exc)
             ok = False
         if ok and not self.failed:  # clean shutdown: the active segment gets its hint, so the restart reads no values
-            self.maint.submit(self.hooks.seal_job, self.cur, self.end, self.hint)
+            self.maint.submit(self.hooks.seal_job, self.cur, self.end, self.hint, False)  # fsynced just above
             self.hint = None
         if self.hint is not None:
             self.hint.abandon()
@@ -487,13 +498,14 @@ class SegmentLogHooks:
     def on_written(self, ticket: int, seg_id: int, end: int) -> None: ...
     def on_failed(self, seg_id: int, good_end: int, text: str) -> None: ...
     def on_probe(self, error: str | None, seg_id: int, end: int) -> None: ...
-    def seal_job(self, seg: Segment, data_len: int, hint: HintBuilder | None) -> None: ...
+    def seal_job(self, seg: Segment, data_len: int, hint: HintBuilder | None, unsynced: bool = True) -> None: ...
+    def on_fsync_lost(self, seg_key: int) -> None: ...
 
 
 class Syncer(threading.Thread):
     """appendfsync everysec: fdatasync the active segment about once per second when it is dirty."""
 
-    def __init__(self, writer: Writer, on_error: Callable[[str], None], logger: logging.Logger) -> None:
+    def __init__(self, writer: Writer, on_error: Callable[[str, int], None], logger: logging.Logger) -> None:
         super().__init__(name="kvd-aof-fsync", daemon=True)
         self.writer = writer
         self.on_error = on_error
@@ -517,7 +529,7 @@ class Syncer(threading.Thread):
                     continue
                 w.write_errors += 1
                 self.logger.error("background fsync of %s failed: %s", seg.path, exc)
-                w.post(self.on_error, strerror(exc))
+                w.post(self.on_error, strerror(exc), seg.key)
                 continue
             finally:
                 self.syncing = False

@@ -14,6 +14,7 @@ from persist_helpers import inject_fault, now_ms, open_log, reopen, settle, wait
 
 from kvd.persist import PersistError, SegmentLog, maintenance
 from kvd.persist.record import HDR_SIZE
+from kvd.persist.saves import Saves
 from kvd.persist.writer import STALL_BUDGET, STALL_REFILL
 
 
@@ -409,20 +410,34 @@ async def test_close_says_whether_the_log_ended_durable(seg_dir: Path) -> None:
 
 
 async def test_failures_count_lost_writes_and_failed_seals(seg_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """``failures`` (what a replica's FACK stops at) grows with a segment whose seal failed, though ``sync_then``
-    still answers True once the seal is done, and with a write error and the records it lost."""
+    """``failures`` (what a replica's FACK stops at) grows with a segment whose seal failed, and with a write
+    error and the records it lost. A seal whose fsync worked and whose hint failed loses nothing: ``sync_then``
+    answers True; one whose fsync failed: False (the records may not be on disk), except to the log's own jobs,
+    and True again once BGREWRITEAOF has rewritten those segments."""
     import kvd.persist.log as log_module
 
-    def failing_seal(*args: object) -> None:
+    def failing(*args: object) -> None:
         raise OSError(errno.EIO, os.strerror(errno.EIO))
 
-    monkeypatch.setattr(log_module, "seal", failing_seal)
+    monkeypatch.setattr(log_module, "seal_hint", failing)
     log, owner, _ = await open_log(seg_dir, appendfsync="everysec", segment_size=64 << 10)
     assert log.failures == 0
     for i in range(40):  # past one segment: it rolls and is sealed
         owner.set(b"k%d" % i, b"v" * 4000)
     assert await log.durable()
-    assert log.seal_failures >= 1 and log.failures == log.seal_failures
+    assert log.seal_failures >= 1 and log.failures == log.seal_failures and not log.fsync_lost
+    monkeypatch.setattr(log_module, "sync_segment", failing)
+    for i in range(40):
+        owner.set(b"j%d" % i, b"v" * 4000)
+    assert not await log.durable()  # the seals' fsyncs failed: those records may not be on disk
+    assert not await log.durable()  # nor later, while the log holds them
+    assert await log.durable(strict=False)
+    assert log.fsync_lost
+    monkeypatch.undo()
+    assert log.rewrite()
+    await wait_for(lambda: not log.rewrite_in_progress, timeout=10)
+    assert await log.durable() and not log.fsync_lost  # rewritten, and fsynced, elsewhere
+    assert all(owner.entries[b"j%d" % i][0] is not None for i in range(40))
     sealed = log.failures
     inject_fault(log, OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
     owner.set(b"doomed", b"d" * 5000)
@@ -431,4 +446,35 @@ async def test_failures_count_lost_writes_and_failed_seals(seg_dir: Path, monkey
     assert log.failures > sealed and log.lost_records >= 1
     inject_fault(log, None)
     await wait_for(lambda: log.misconf() is None, timeout=5)
+    await log.close()
+
+
+@pytest.mark.parametrize("synced_first", [False, True])
+async def test_sync_then_fails_while_records_an_fsync_lost_stay(seg_dir: Path, synced_first: bool) -> None:
+    """An everysec fsync that fails leaves the records it covered in the file (they were acknowledged), but after
+    a failed fsync they may not be on disk: a later sync, once the disk works again, must not vouch for them
+    (SAVE's error, WAITAOF's local 0) until a rewrite has copied them and fsynced the copy. Records fsynced
+    before the failure are not in doubt: then the sync after the disk recovers succeeds."""
+    log, owner, _ = await open_log(seg_dir, appendfsync="everysec")
+    saves = Saves(log, time.time())  # SAVE (an error when False), BGSAVE and WAITAOF's local fsync
+    owner.set(b"acknowledged", b"a" * 5000)
+    await settle(log)
+    if synced_first:
+        assert await log.durable()
+    inject_fault(log, OSError(errno.EIO, os.strerror(errno.EIO)))
+    assert not await log.durable()
+    inject_fault(log, None)
+    await wait_for(lambda: log.misconf() is None, timeout=5)
+    owner.set(b"after", b"b" * 5000)
+    assert await saves.save() is synced_first and saves.last_ok is synced_first
+    assert saves.changes_since_last_save() > 0 or synced_first  # WAITAOF's local count stays 0
+    assert await log.durable() is synced_first
+    assert await log.durable(strict=False)
+    assert bool(log.fsync_lost) is not synced_first
+    assert log.rewrite()
+    await wait_for(lambda: not log.rewrite_in_progress, timeout=10)
+    assert await log.durable() and await saves.save() and saves.changes_since_last_save() == 0
+    await log.close()
+    log, owner, _ = await open_log(seg_dir, appendfsync="everysec")
+    assert set(owner.entries) == {b"acknowledged", b"after"}
     await log.close()
