@@ -97,6 +97,13 @@ def sealed(body: bytes | bytearray) -> bytes:
     return body + rdb.trailer(crc64_update(body, 0))
 
 
+def refused_then_skipped(data: bytes, kind: str) -> rdb.RdbReader:
+    """``data`` is refused for a key of type ``kind``; read with ``skip_other_types``, the reader it passed over."""
+    with pytest.raises(rdb.RdbError, match=f"the key at byte .* is a {kind}; kvd stores strings only"):
+        read(data)
+    return rdb.RdbReader(io.BytesIO(data), skip_other_types=True)
+
+
 def hash_with_field_ttls(kind: int) -> bytes:
     """A Redis 7.4 hash {f: v, g: w} whose field f expires, in each of its four forms: TTL, field and value per
     field, the TTL absolute (22, 7.4's release candidates) or relative to the least deadline, which comes first
@@ -124,9 +131,7 @@ def test_version_12_slot_info_and_hashes_with_field_ttls():
         body += bytes([kind]) + rdb.encode_string(b"h%d" % kind) + hash_with_field_ttls(kind)
     body += rdb.key_header(b"b", 1, 1_800_000_000_000) + b"2"
     data = sealed(body)
-    with pytest.raises(rdb.RdbError, match="the key at byte .* is a hash; kvd stores strings only"):
-        read(data)
-    reader = rdb.RdbReader(io.BytesIO(data), skip_other_types=True)
+    reader = refused_then_skipped(data, "hash")
     assert list(reader) == [(b"a", b"1", 0), (b"b", b"2", 1_800_000_000_000)]
     assert reader.version == 12 and reader.skipped == {"hash": 4}
 
@@ -141,9 +146,7 @@ def test_valkey_9_files_and_the_versions_past_what_kvd_reads():
     body += b"\x01g\x01w" + (1_900_000_000_000).to_bytes(8, "little")
     body += rdb.key_header(b"b", 1, 0) + b"2"
     data = sealed(body)
-    with pytest.raises(rdb.RdbError, match="is a hash; kvd stores strings only"):
-        read(data)
-    reader = rdb.RdbReader(io.BytesIO(data), skip_other_types=True)
+    reader = refused_then_skipped(data, "hash")
     assert list(reader) == [(b"a", b"1", 0), (b"b", b"2", 0)]
     assert reader.valkey and reader.version == 80 and reader.skipped == {"hash": 1}
     with pytest.raises(rdb.RdbError, match="a cluster slot import under way"):
@@ -160,7 +163,5 @@ def test_a_set_listpack_is_a_set():
     """Type 20 is Redis 7.2's listpack of a small set (RDB_TYPE_SET_LISTPACK), not a hash: counted as a set, and
     named so when refused."""
     data = sealed(rdb.preamble(1, 0, []) + b"\x14\x01s" + rdb.encode_string(b"listpack bytes"))
-    with pytest.raises(rdb.RdbError, match="is a set; kvd stores strings only"):
-        read(data)
-    reader = rdb.RdbReader(io.BytesIO(data), skip_other_types=True)
+    reader = refused_then_skipped(data, "set")
     assert list(reader) == [] and reader.skipped == {"set": 1}
