@@ -32,7 +32,10 @@ Lost fsyncs. An fsync that fails while records it covered stay in a segment (eve
 ``OP_SYNC`` under everysec/no, a seal whose fsync is the first of some records) puts the segment in
 ``fsync_lost``: a strict ``sync_then`` (SAVE, BGSAVE, WAITAOF, a replica's FACK) answers False while the log holds
 it, since Linux may have dropped those pages. Compaction and BGREWRITEAOF (which includes such segments) copy the
-records to a fresh, fsynced file, and the segment leaves the set; so does a FLUSHALL's unlink.
+records to a fresh, fsynced file, and the segment leaves the set; so does a FLUSHALL's unlink. Maintenance
+schedules that rewrite itself once writes work again (no ``misconf``): such segments are its first candidates,
+whatever their dead ratio, the active one rolled first as BGREWRITEAOF does (``maintenance._lost_job``); it logs
+a line when it starts and one when the log holds none any more.
 
 FLUSHALL. ``append_flush`` rolls to a fresh segment and writes the FLUSH record first in it; every older segment
 is then entirely dead, and once the FLUSH is durable they are unlinked (FLUSH first, so a crash half way through
@@ -206,6 +209,7 @@ class SegmentLog(SegmentLogHooks):
         # Segments (by key) holding records an fsync failed to make durable; a strict ``sync_then`` fails while
         # one is still in the log. A rewrite (compaction, BGREWRITEAOF) or FLUSHALL takes it out.
         self.fsync_lost: set[int] = set()
+        self.lost_rewrite = False  # maintenance is rewriting segments in fsync_lost (for its log lines)
         self.flushes = 0
 
     # -- startup -----------------------------------------------------------------------------------------------
@@ -767,7 +771,7 @@ class SegmentLog(SegmentLogHooks):
             self.fsync_lost.add(seg_key)
             self.logger.error(
                 "%s holds records a failed fsync may have left off the disk: SAVE and WAITAOF's local count fail "
-                "until it is rewritten (BGREWRITEAOF)",
+                "until it is rewritten (maintenance does it once writes work again)",
                 seg.path.name,
             )
 

@@ -29,6 +29,10 @@ tombstones that still cancel something older (below).
   at least 1/64 of a segment, and it is compacted again once half of it is dead, so a sealed segment that is
   not a candidate holds at least 1/128 of a segment of live data: at most 128 x live / segment_size of them.
 
+Lost fsyncs. A segment in ``SegmentLog.fsync_lost`` (records a failed fsync may have left off the disk; log.py)
+is compacted before anything else once writes work again, whatever its dead ratio (``_lost_job``): a strict
+sync fails while the log holds one.
+
 Tombstones. A DEL, EXPIRE or FLUSH only matters while an older segment may still hold an earlier SET of the key
 (else it can be dropped), and an EXPIRE (PERSIST is one with no TTL) also while it follows the key's live SET in
 the same segment: copied in place, that SET still carries the TTL it was written with. Each segment keeps a
@@ -127,7 +131,41 @@ def _next_rewrite(log: SegmentLog) -> Job | None:
     return None
 
 
+def _lost_job(log: SegmentLog) -> Job | None:
+    """The next segment in ``fsync_lost`` to rewrite, whatever its dead ratio: until the log no longer holds one,
+    SAVE, BGSAVE and WAITAOF's local count fail. Runs once writes work again (``_start_job`` waits out
+    ``misconf``). The active segment is rolled first, as BGREWRITEAOF does, so it can be sealed and compacted."""
+    lost = log.fsync_lost
+    if not lost:
+        return None
+    lost.intersection_update(log._segments)  # rewritten or retired: what it held is elsewhere, fsynced
+    segs = [log._segments[key] for key in sorted(lost)]
+    segs = [s for s in segs if s.id not in log._retiring]
+    if not segs:
+        if log.lost_rewrite:
+            log.lost_rewrite = False
+            log.logger.warning("the records a failed fsync covered are rewritten: SAVE and WAITAOF work again")
+        return None
+    if not log.lost_rewrite:
+        log.lost_rewrite = True
+        log.logger.warning(
+            "rewriting %s (a failed fsync may have left records off the disk)", ", ".join(s.path.name for s in segs)
+        )
+    for seg in segs:
+        if seg is log._active:
+            if log._tail > FILE_HDR_SIZE:
+                log._roll()
+            else:  # nothing in it: nothing to lose
+                lost.discard(seg.key)
+        elif seg.ready:  # one being sealed is picked at a later tick
+            return Job(seg, "compact")
+    return None
+
+
 def pick_job(log: SegmentLog) -> Job | None:
+    job = _lost_job(log)
+    if job is not None:
+        return job
     segs = log._segments
     ready = [s for s in segs.values() if s.ready and s is not log._active and s.id not in log._retiring]
     candidates = [s for s in ready if s.dead_ratio() >= log.compaction_dead_ratio]

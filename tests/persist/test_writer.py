@@ -461,6 +461,7 @@ async def test_sync_then_fails_while_records_an_fsync_lost_stay(seg_dir: Path, s
     await settle(log)
     if synced_first:
         assert await log.durable()
+    log.maint_resume_at = float("inf")  # maintenance would rewrite the segment by itself (the test after this)
     inject_fault(log, OSError(errno.EIO, os.strerror(errno.EIO)))
     assert not await log.durable()
     inject_fault(log, None)
@@ -471,10 +472,45 @@ async def test_sync_then_fails_while_records_an_fsync_lost_stay(seg_dir: Path, s
     assert await log.durable() is synced_first
     assert await log.durable(strict=False)
     assert bool(log.fsync_lost) is not synced_first
+    log.maint_resume_at = 0.0
     assert log.rewrite()
     await wait_for(lambda: not log.rewrite_in_progress, timeout=10)
     assert await log.durable() and await saves.save() and saves.changes_since_last_save() == 0
     await log.close()
     log, owner, _ = await open_log(seg_dir, appendfsync="everysec")
     assert set(owner.entries) == {b"acknowledged", b"after"}
+    await log.close()
+
+
+async def _durable_within(log: SegmentLog, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while not await log.durable():
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.05)
+    return True
+
+
+async def test_a_lost_fsync_is_rewritten_without_bgrewriteaof(seg_dir: Path) -> None:
+    """Once writes work again after a failed fsync, maintenance rewrites the segments in ``fsync_lost`` by itself
+    (whatever their dead ratio): a strict sync succeeds again within a few seconds, with no BGREWRITEAOF, and
+    every acknowledged key is intact after a reopen."""
+    log, owner, _ = await open_log(seg_dir, appendfsync="everysec", compaction_dead_ratio=0.9)
+    for i in range(20):
+        owner.set(b"k%d" % i, b"a" * 3000)
+    await settle(log)
+    inject_fault(log, OSError(errno.EIO, os.strerror(errno.EIO)))
+    assert not await log.durable()
+    inject_fault(log, None)
+    await wait_for(lambda: log.misconf() is None, timeout=5)
+    owner.set(b"after", b"b" * 3000)
+    await settle(log)
+    assert await _durable_within(log, 5)
+    assert not log.rewrite_in_progress  # no BGREWRITEAOF: maintenance did it
+    await log.close()
+    log, owner, _ = await open_log(seg_dir, appendfsync="everysec")
+    assert set(owner.entries) == {b"k%d" % i for i in range(20)} | {b"after"}
+    for i in range(20):
+        assert bytes(await log.read_value(b"k%d" % i, owner.entries[b"k%d" % i][0])) == b"a" * 3000
+    assert bytes(await log.read_value(b"after", owner.entries[b"after"][0])) == b"b" * 3000
     await log.close()
