@@ -463,17 +463,19 @@ class SegmentLog(SegmentLogHooks):
             inner = callback
 
             def callback(ok: bool) -> None:
-                inner(ok and not self._holds_lost_fsync())
+                inner(ok and not self.lost_fsync_segments())
 
         self._batch.append((OP_SYNC, callback))
         self._schedule_submit()
 
-    def _holds_lost_fsync(self) -> bool:
+    def lost_fsync_segments(self) -> list[Segment]:
+        """The segments still holding records a failed fsync covered (``fsync_lost``), oldest first; the set
+        forgets those rewritten or retired since: what they held is elsewhere, fsynced."""
         lost = self.fsync_lost
         if not lost:
-            return False
-        lost.intersection_update(self._segments)  # rewritten or retired: what it held is elsewhere, fsynced
-        return any(self._segments[key].id not in self._retiring for key in lost)
+            return []
+        lost.intersection_update(self._segments)
+        return [s for s in (self._segments[key] for key in sorted(lost)) if s.id not in self._retiring]
 
     def durable(self, strict: bool = True) -> asyncio.Future[bool]:
         assert self._loop is not None

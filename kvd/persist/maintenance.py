@@ -135,12 +135,9 @@ def _lost_job(log: SegmentLog) -> Job | None:
     """The next segment in ``fsync_lost`` to rewrite, whatever its dead ratio: until the log no longer holds one,
     SAVE, BGSAVE and WAITAOF's local count fail. Runs once writes work again (``_start_job`` waits out
     ``misconf``). The active segment is rolled first, as BGREWRITEAOF does, so it can be sealed and compacted."""
-    lost = log.fsync_lost
-    if not lost:
+    if not log.fsync_lost and not log.lost_rewrite:
         return None
-    lost.intersection_update(log._segments)  # rewritten or retired: what it held is elsewhere, fsynced
-    segs = [log._segments[key] for key in sorted(lost)]
-    segs = [s for s in segs if s.id not in log._retiring]
+    segs = log.lost_fsync_segments()
     if not segs:
         if log.lost_rewrite:
             log.lost_rewrite = False
@@ -156,7 +153,7 @@ def _lost_job(log: SegmentLog) -> Job | None:
             if log._tail > FILE_HDR_SIZE:
                 log._roll()
             else:  # nothing in it: nothing to lose
-                lost.discard(seg.key)
+                log.fsync_lost.discard(seg.key)
         elif seg.ready:  # one being sealed is picked at a later tick
             return Job(seg, "compact")
     return None
